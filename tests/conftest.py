@@ -1,0 +1,23 @@
+"""Shared set-up of the test suite: where the data lives, a non-interactive plotting backend, fixed seeds."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+# The corpus is never copied into the repository: it sits in ../shared/data beside the checkout (as in the Makefile).
+os.environ.setdefault("TUTORIAL_LIB_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
+os.environ.setdefault("MPLBACKEND", "agg")
+
+
+@pytest.fixture(autouse=True)
+def _seed() -> None:
+    """Every test starts from the same random state, whatever ran before it."""
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)

@@ -1,0 +1,153 @@
+"""The LLaMA-style GPT (chapter 12): its changes, the KV cache, generation, and parity with Hugging Face's LLaMA."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tutorial_lib.blocks import NormPlacement
+from tutorial_lib.counting import count_parameters
+from tutorial_lib.feed_forward import SwiGLU
+from tutorial_lib.models.gpt import GPT, GPTConfig
+from tutorial_lib.models.llama import Llama, LlamaConfig, llama_d_ff
+from tutorial_lib.normalization import RMSNorm
+from tutorial_lib.rope import RotaryMultiHeadAttention
+from tutorial_lib.sampling import generate
+
+
+def _config(**changes) -> LlamaConfig:
+    return LlamaConfig(**{"d_vocab": 61, "n_ctx": 24, "d_model": 32, "n_heads": 4, "n_layers": 2, **changes})
+
+
+def _tokens(batch: int, seq: int, d_vocab: int = 61, seed: int = 0) -> torch.Tensor:
+    return torch.randint(0, d_vocab, (batch, seq), generator=torch.Generator().manual_seed(seed))
+
+
+def _model(**changes) -> Llama:
+    torch.manual_seed(0)
+    return Llama(_config(**changes)).eval()
+
+
+def test_d_ff_is_eight_thirds_rounded_up() -> None:
+    assert llama_d_ff(4096, 256) == 11008  # LLaMA-7B's published hidden size
+    assert llama_d_ff(5120, 256) == 13824  # LLaMA-13B
+    assert _config(multiple_of=32).d_ff == 96  # ⌊8/3 · 32⌋ = 85 → 96
+    assert _config(d_ff=40).d_ff == 40
+
+
+def test_config_defaults_are_llamas() -> None:
+    cfg = _config()
+    assert (cfg.activation, cfg.bias, cfg.tie_embeddings, cfg.layer_norm_eps) == ("swiglu", False, False, 1e-6)
+    assert cfg.placement is NormPlacement.PRE and isinstance(cfg, GPTConfig)
+
+
+def test_the_main_differences_with_gpt() -> None:
+    model = _model()
+    assert isinstance(model, GPT) and not hasattr(model, "pos_embed")
+    assert all(isinstance(block.attn, RotaryMultiHeadAttention) for block in model.blocks)
+    assert all(isinstance(block.ffn, SwiGLU) for block in model.blocks)
+    norms = [block.attn_residual.norm for block in model.blocks] + [block.ffn_residual.norm for block in model.blocks]
+    assert all(isinstance(norm, RMSNorm) for norm in norms + [model.ln_final])
+    assert not [name for name, _ in model.named_parameters() if name.endswith("bias")]
+    assert model.unembed.weight is not model.embed.weight
+    tied = _model(tie_embeddings=True)
+    assert tied.unembed.weight is tied.embed.weight
+
+
+def test_output_shape_and_initial_loss() -> None:
+    model = _model()
+    logits = model(_tokens(3, 24))
+    assert logits.shape == (3, 24, 61)
+    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), _tokens(3, 24, seed=1).flatten())
+    assert loss.item() == pytest.approx(torch.log(torch.tensor(61.0)).item(), abs=0.1)  # near-uniform at init
+
+
+def test_positions_reach_the_model_through_rope() -> None:
+    """With one layer and no position signal, the last position attends to a *set* of keys: swapping two earlier
+    tokens could not change its output. RoPE makes the scores depend on offsets, so it must."""
+    model = _model(n_layers=1)
+    tokens = _tokens(1, 12)
+    swapped = tokens.clone()
+    swapped[0, [3, 4]] = tokens[0, [4, 3]]
+    assert not torch.allclose(model(tokens)[:, -1], model(swapped)[:, -1], atol=1e-4)
+
+
+def test_cached_logits_equal_uncached() -> None:
+    model = _model()
+    tokens = _tokens(2, 20)
+    full = model(tokens)
+    cache = model.make_kv_cache(2)
+    steps = [model(tokens[:, :7], cache=cache)] + [model(tokens[:, t : t + 1], cache=cache) for t in range(7, 20)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_fast_attention_equals_readable() -> None:
+    tokens = _tokens(2, 24)
+    torch.testing.assert_close(_model(fast_attention=True)(tokens), _model()(tokens), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("sampling", [{"temperature": 0.0}, {"temperature": 1.0, "top_k": 10}])
+def test_generate_cached_equals_uncached(sampling: dict) -> None:
+    model = _model()
+    prompt = _tokens(2, 5)
+    # 30 new tokens run past n_ctx = 24: the context slides and the cache is rebuilt
+    cached = generate(model, prompt, 30, generator=torch.Generator().manual_seed(1), use_cache=True, **sampling)
+    uncached = generate(model, prompt, 30, generator=torch.Generator().manual_seed(1), use_cache=False, **sampling)
+    assert cached.shape == (2, 35)
+    assert torch.equal(cached, uncached)
+
+
+@pytest.mark.parametrize("tie", [False, True])
+def test_matches_hugging_face_llama(tie: bool) -> None:
+    transformers = pytest.importorskip("transformers")
+    cfg = _config(tie_embeddings=tie, n_layers=3)
+    hf_config = transformers.LlamaConfig(
+        vocab_size=cfg.d_vocab, hidden_size=cfg.d_model, intermediate_size=cfg.d_ff, num_hidden_layers=cfg.n_layers,
+        num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_heads, max_position_embeddings=cfg.n_ctx,
+        rms_norm_eps=cfg.layer_norm_eps, rope_theta=cfg.rope_base, tie_word_embeddings=tie, attn_implementation="eager",
+    )
+    torch.manual_seed(0)
+    hf = transformers.LlamaForCausalLM(hf_config).eval()
+    with torch.no_grad():  # move every weight off its initial value (norms start at exactly 1)
+        for parameter in hf.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    ours = Llama.from_hf_llama_state_dict(hf.state_dict(), cfg).eval()
+    assert count_parameters(ours) == sum(p.numel() for p in hf.parameters())
+    tokens = _tokens(3, cfg.n_ctx)
+    with torch.no_grad():
+        expected = hf(tokens).logits
+    torch.testing.assert_close(ours(tokens), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_hf_key_map_is_strict() -> None:
+    state = {k: v.clone() for k, v in _model().state_dict().items()}
+    with pytest.raises(KeyError, match="model.embed_tokens.weight"):
+        Llama.from_hf_llama_state_dict(state, _config())
+
+
+def test_bad_input_raises() -> None:
+    model = _model()
+    with pytest.raises(ValueError, match="n_ctx=24"):
+        model(_tokens(1, 25))
+    with pytest.raises(ValueError, match="d_vocab=61"):
+        model(torch.tensor([[0, 61]]))
+    cache = model.make_kv_cache(1)
+    model(_tokens(1, 20), cache=cache)
+    with pytest.raises(ValueError, match="n_ctx=24"):
+        model(_tokens(1, 5), cache=cache)
+    with pytest.raises(ValueError, match="must be even"):
+        _config(d_model=36, n_heads=4)  # d_head = 9
+    with pytest.raises(ValueError, match="rope_base"):
+        _config(rope_base=1.0)
+    with pytest.raises(ValueError, match="divisible"):
+        _config(d_model=30)
+    with pytest.raises(ValueError, match="multiple_of"):
+        llama_d_ff(64, 0)
+    with pytest.raises(ValueError, match="LlamaConfig"):
+        Llama(GPTConfig(d_vocab=61, n_ctx=24, d_model=32, n_heads=4, n_layers=2))
+
+
+def test_replace_rederives_d_ff() -> None:
+    """Core bug (``GPTConfig.replace``, inherited): a derived ``d_ff`` is carried over instead of re-derived."""
+    cfg = _config()
+    assert cfg.replace(d_model=64).d_ff == _config(d_model=64).d_ff

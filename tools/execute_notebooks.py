@@ -1,0 +1,82 @@
+"""Execute notebooks in place, each in a fresh kernel, and store their outputs and widget state (``make execute``).
+
+    python tools/execute_notebooks.py                  # every notebook of chapters/, solutions/, exercises/
+    python tools/execute_notebooks.py chapters/03_scaled_dot_product_attention.ipynb
+
+The kernel runs in the notebook's folder on the CPU (``TUTORIAL_LIB_DEVICE=cpu``), so the stored outputs are the
+ones ``make test`` (nbval) reproduces on any machine, with matplotlib's inline backend so figures are stored as PNG.
+Widget model ids are renumbered in order of creation, so executing an unchanged notebook changes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK_DIRS = ("chapters", "solutions", "exercises")
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+KERNEL_ENV = {
+    "TUTORIAL_LIB_DEVICE": "cpu",
+    # The Makefile exports MPLBACKEND=agg for scripts and tests; in a kernel it would swallow every figure.
+    "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+    "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+}
+
+
+def renumber_widgets(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """Replace the random widget model ids by 1, 2, 3, … (as 32 hex digits) everywhere in the notebook."""
+    state = notebook.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    text = json.dumps(notebook)
+    for number, model_id in enumerate(list(state), start=1):
+        text = text.replace(model_id, f"{number:032x}")
+    return nbformat.from_dict(json.loads(text))
+
+
+def execute(path: Path, timeout: int) -> None:
+    """Run every cell of ``path`` top to bottom in a fresh kernel and write the notebook back with its outputs."""
+    notebook = nbformat.read(path, as_version=4)
+    client = NotebookClient(
+        notebook,
+        timeout=timeout,
+        kernel_name=notebook.metadata.get("kernelspec", {}).get("name", "python3"),
+        resources={"metadata": {"path": str(path.parent)}},
+        store_widget_state=True,
+        record_timing=False,  # no timestamps in the stored notebook
+    )
+    client.execute(env={**os.environ, **KERNEL_ENV})
+    nbformat.write(renumber_widgets(notebook), path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("paths", nargs="*", help="notebooks (default: chapters/, solutions/, exercises/)")
+    parser.add_argument("--timeout", type=int, default=900, help="seconds allowed per cell (default: 900)")
+    args = parser.parse_args(argv)
+    paths = [Path(p).resolve() for p in args.paths] or sorted(
+        p for folder in NOTEBOOK_DIRS for p in (ROOT / folder).glob("*.ipynb")
+    )
+    failed = []
+    for path in paths:
+        start = time.perf_counter()
+        try:
+            execute(path, args.timeout)
+        except CellExecutionError as error:
+            # Leave the file as it was: a half-executed notebook must not be committed.
+            print(f"FAILED {path.relative_to(ROOT)}\n{error}", file=sys.stderr)
+            failed.append(path)
+            continue
+        print(f"executed {path.relative_to(ROOT)} in {time.perf_counter() - start:.1f} s")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,182 @@
+"""Write ``exercises/NN_*.ipynb`` from ``solutions/NN_*.ipynb``, the single source of every exercise.
+
+In each code cell of a solutions notebook, the lines from ``# BEGIN SOLUTION`` to ``# END SOLUTION`` (inside a
+function body) become ``raise NotImplementedError(...)`` at the same indentation; the signature, the docstring and any
+``# TODO`` hint above the block stay. Cells tagged ``solution-only`` are dropped, and the Colab badge of the first cell
+points at the exercises file. Every ``check(...)`` cell must follow at least one solution block.
+
+Exercise notebooks are stored executed: their outputs are the "not attempted yet" verdicts, compared by nbval. So the
+drift check compares sources (cell types, sources, tags) and that every code cell has run, never outputs.
+
+    python tools/make_exercises.py            # regenerate; execute only the notebooks whose sources changed
+    python tools/make_exercises.py --force    # regenerate and execute all of them
+    python tools/make_exercises.py --check    # exit 1 when exercises/ differs from what this would write
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+from nbformat import NotebookNode
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTION_ONLY = "solution-only"
+STUB = 'raise NotImplementedError("write your solution here")'
+CELL_TIMEOUT = 120
+# A line that looks like a marker, however spaced or cased; exactly "# BEGIN SOLUTION" / "# END SOLUTION" are valid.
+_MARKER_LIKE = re.compile(r"^\s*#\s*(BEGIN|END)\s*SOLUTION\b", re.IGNORECASE)
+_MARKER = re.compile(r"^(?P<indent>\s*)# (?P<which>BEGIN|END) SOLUTION\s*$")
+_CHECK_CALL = re.compile(r"^\s*check\(", re.MULTILINE)
+_NOTEBOOK_NAME = re.compile(r"^\d\d_[a-z0-9_]+\.ipynb$")
+
+
+class MarkerError(ValueError):
+    """A solutions notebook whose markers cannot be turned into stubs."""
+
+
+def stub_source(source: str, where: str) -> tuple[str, int]:
+    """Replace every solution block of one cell's source by a stub; returns the new source and the block count."""
+    lines = source.split("\n")
+    out: list[str] = []
+    begin: tuple[int, str] | None = None  # line number and indentation of the open block
+    blocks = 0
+    for number, line in enumerate(lines, start=1):
+        match = _MARKER.match(line)
+        if match is None and _MARKER_LIKE.match(line):
+            raise MarkerError(f"{where}, line {number}: malformed marker {line.strip()!r}; write '# BEGIN SOLUTION' or '# END SOLUTION'")
+        if match is None:
+            if begin is None:
+                out.append(line)
+            continue
+        indent, which = match.group("indent"), match.group("which")
+        if which == "BEGIN":
+            if begin is not None:
+                raise MarkerError(f"{where}, line {number}: '# BEGIN SOLUTION' inside the block opened on line {begin[0]}")
+            if not indent:
+                raise MarkerError(f"{where}, line {number}: '# BEGIN SOLUTION' at top level; put the solution inside a function body")
+            begin = (number, indent)
+            continue
+        if begin is None:
+            raise MarkerError(f"{where}, line {number}: '# END SOLUTION' without a '# BEGIN SOLUTION' before it")
+        if indent != begin[1]:
+            raise MarkerError(f"{where}, line {number}: '# END SOLUTION' is indented differently from its '# BEGIN SOLUTION' on line {begin[0]}")
+        if number == begin[0] + 1:
+            raise MarkerError(f"{where}, line {begin[0]}: empty solution block")
+        out.append(indent + STUB)
+        begin = None
+        blocks += 1
+    if begin is not None:
+        raise MarkerError(f"{where}, line {begin[0]}: '# BEGIN SOLUTION' is never closed by '# END SOLUTION'")
+    return "\n".join(out), blocks
+
+
+def make_exercise_notebook(solution: NotebookNode, name: str) -> NotebookNode:
+    """The exercises notebook for the solutions notebook ``solutions/<name>``: stubs, no outputs, not executed."""
+    exercise = copy.deepcopy(solution)
+    cells = []
+    blocks_total = 0
+    blocks_since_check = 0
+    for index, cell in enumerate(exercise.cells):
+        if SOLUTION_ONLY in cell.get("metadata", {}).get("tags", []):
+            continue
+        if cell.cell_type == "code":
+            where = f"solutions/{name} cell {index}"
+            if _CHECK_CALL.search(cell.source) and blocks_since_check == 0:
+                raise MarkerError(f"{where}: this check follows no solution block; put the solution between '# BEGIN SOLUTION' and '# END SOLUTION'")
+            if _CHECK_CALL.search(cell.source):
+                blocks_since_check = 0
+            cell.source, blocks = stub_source(cell.source, where)
+            blocks_total += blocks
+            blocks_since_check += blocks
+            cell.outputs = []
+            cell.execution_count = None
+            cell.metadata.pop("execution", None)
+        cells.append(cell)
+    if blocks_total == 0:
+        raise MarkerError(f"solutions/{name} has no '# BEGIN SOLUTION' ... '# END SOLUTION' block")
+    own_link, exercise_link = f"/solutions/{name})", f"/exercises/{name})"
+    if not cells or cells[0].cell_type != "markdown" or own_link not in cells[0].source:
+        raise MarkerError(f"solutions/{name}: the first cell must be the header with a Colab badge to solutions/{name}")
+    cells[0].source = cells[0].source.replace(own_link, exercise_link)
+    exercise.cells = cells
+    return exercise
+
+
+def sources(notebook: NotebookNode) -> list[tuple[str, str, list[str]]]:
+    """What the drift check compares: each cell's type, source and tags."""
+    return [(cell.cell_type, cell.source, list(cell.get("metadata", {}).get("tags", []))) for cell in notebook.cells]
+
+
+def is_executed(notebook: NotebookNode) -> bool:
+    return all(cell.execution_count is not None for cell in notebook.cells if cell.cell_type == "code")
+
+
+def execute(notebook: NotebookNode, folder: Path) -> None:
+    """Run in a fresh kernel from ``folder``, as a learner would: no grading log, no strict checks, CPU outputs."""
+    env = {key: value for key, value in os.environ.items() if key not in {"TUTORIAL_LIB_CHECK_LOG", "TUTORIAL_LIB_STRICT_CHECKS"}}
+    env["TUTORIAL_LIB_DEVICE"] = "cpu"
+    client = NotebookClient(
+        notebook,
+        timeout=CELL_TIMEOUT,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(folder)}},
+        store_widget_state=True,
+        record_timing=False,
+    )
+    client.execute(env=env)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help="exit 1 when exercises/ differs from what would be written")
+    mode.add_argument("--force", action="store_true", help="execute every exercises notebook, changed or not")
+    mode.add_argument("--no-execute", action="store_true", help="write the notebooks without executing them")
+    parser.add_argument("--solutions", type=Path, default=ROOT / "solutions", help="folder of solutions notebooks")
+    parser.add_argument("--exercises", type=Path, default=ROOT / "exercises", help="folder to write exercises into")
+    args = parser.parse_args(argv)
+
+    solution_paths = sorted(path for path in args.solutions.glob("*.ipynb") if _NOTEBOOK_NAME.match(path.name))
+    problems: list[str] = []
+    for orphan in sorted(args.exercises.glob("*.ipynb")):
+        if not (args.solutions / orphan.name).exists():
+            problems.append(f"{orphan}: no solutions/{orphan.name} to generate it from")
+    for solution_path in solution_paths:
+        try:
+            generated = make_exercise_notebook(nbformat.read(solution_path, as_version=4), solution_path.name)
+        except MarkerError as error:
+            problems.append(str(error))
+            continue
+        target = args.exercises / solution_path.name
+        existing = nbformat.read(target, as_version=4) if target.exists() else None
+        up_to_date = existing is not None and sources(existing) == sources(generated) and is_executed(existing)
+        if args.check:
+            if existing is None:
+                problems.append(f"{target}: missing; run `make exercises`")
+            elif sources(existing) != sources(generated):
+                problems.append(f"{target}: differs from what {solution_path.name} generates; run `make exercises`")
+            elif not is_executed(existing):
+                problems.append(f"{target}: has code cells that never ran; run `make exercises`")
+            continue
+        if up_to_date and not args.force:
+            print(f"{target}: up to date")
+            continue
+        if not args.no_execute:
+            execute(generated, args.exercises)
+        args.exercises.mkdir(parents=True, exist_ok=True)
+        nbformat.write(generated, target)
+        print(f"{target}: written{'' if args.no_execute else ' and executed'}")
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""Scaled dot-product attention, Eq. (1) of the paper, and the masks of §3.2.3 (chapter 03).
+
+Mask convention, everywhere in the package: a **boolean** tensor where ``True`` means *may attend*,
+broadcastable to ``(..., query_pos, key_pos)``. It is the convention of ``F.scaled_dot_product_attention``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+
+
+def scaled_dot_product_attention(
+    q: Float[Tensor, "*batch query_pos d_head"],
+    k: Float[Tensor, "*batch key_pos d_head"],
+    v: Float[Tensor, "*batch key_pos d_value"],
+    mask: Bool[Tensor, "..."] | None = None,
+) -> tuple[Float[Tensor, "*batch query_pos d_value"], Float[Tensor, "*batch query_pos key_pos"]]:
+    """Attention(Q, K, V) = softmax(Q Kᵀ / √d_k) V, returning the output and the attention weights.
+
+    ``mask`` is boolean, True where a query may attend to a key, broadcastable to ``(..., query_pos, key_pos)``.
+    A query whose keys are all masked gets zero weights and a zero output (not NaN).
+    """
+    d_head = q.shape[-1]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d_head)
+    if mask is not None:
+        _check_mask(mask)
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    if mask is not None:
+        # A row with every key masked is softmax(-inf, ..., -inf) = NaN; it attends to nothing instead.
+        weights = weights.nan_to_num(0.0)
+    return weights @ v, weights
+
+
+def attention(
+    q: Float[Tensor, "*batch query_pos d_head"],
+    k: Float[Tensor, "*batch key_pos d_head"],
+    v: Float[Tensor, "*batch key_pos d_value"],
+    mask: Bool[Tensor, "..."] | None = None,
+    *,
+    fast: bool = False,
+) -> Float[Tensor, "*batch query_pos d_value"]:
+    """The one switch between the readable path and PyTorch's fused kernel (same mask convention).
+
+    The fast path does not materialise the weights; use :func:`scaled_dot_product_attention` to look at them.
+    """
+    if not fast:
+        return scaled_dot_product_attention(q, k, v, mask)[0]
+    if mask is not None:
+        _check_mask(mask)
+        # The fused kernel returns NaN for a fully masked row; keep the readable path's zeros.
+        any_key = mask.any(dim=-1, keepdim=True)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~any_key)
+        return out.masked_fill(~any_key, 0.0)
+    return F.scaled_dot_product_attention(q, k, v)
+
+
+def causal_attention(
+    q: Float[Tensor, "*batch query_pos d_head"],
+    k: Float[Tensor, "*batch key_pos d_head"],
+    v: Float[Tensor, "*batch key_pos d_value"],
+    *,
+    fast: bool = False,
+) -> Float[Tensor, "*batch query_pos d_value"]:
+    """Causal attention where the queries are the *last* ``query_pos`` positions of the keys (as with a KV cache).
+
+    On the fast path with as many queries as keys this uses the kernel's own ``is_causal`` flag, which needs no
+    mask tensor at all (the fastest case, used in training).
+    """
+    n_query, n_key = q.shape[-2], k.shape[-2]
+    if fast and n_query == n_key:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    if n_query == 1:  # one new token sees every cached key: no mask needed
+        return attention(q, k, v, fast=fast)
+    mask = causal_mask(n_query, device=q.device, n_past=n_key - n_query)
+    return attention(q, k, v, mask, fast=fast)
+
+
+def causal_mask(seq_len: int, device: torch.device | str | None = None, *, n_past: int = 0) -> Bool[Tensor, "query_pos key_pos"]:
+    """``(seq_len, n_past + seq_len)`` boolean mask, True on and below the diagonal: position t sees 0..t.
+
+    ``n_past`` shifts the diagonal for queries that follow ``n_past`` cached keys (the KV cache's offset).
+    """
+    _check_positive_int("seq_len", seq_len)
+    if not isinstance(n_past, int) or n_past < 0:
+        raise ValueError(f"n_past must be a non-negative int, got {n_past!r}")
+    query = torch.arange(seq_len, device=device)[:, None] + n_past
+    key = torch.arange(n_past + seq_len, device=device)[None, :]
+    return key <= query
+
+
+def padding_mask(lengths: Int[Tensor, " batch"], seq_len: int) -> Bool[Tensor, "batch 1 key_pos"]:
+    """``(batch, 1, seq_len)`` mask, True on the first ``lengths[b]`` keys of each sequence (the real tokens).
+
+    The singleton axis broadcasts over the queries: padding keys are hidden from every query.
+    """
+    _check_positive_int("seq_len", seq_len)
+    if lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
+        raise ValueError(f"lengths must be an integer tensor, got dtype {lengths.dtype}")
+    if lengths.numel() and (lengths.min() < 0 or lengths.max() > seq_len):
+        raise ValueError(f"lengths must lie in [0, seq_len={seq_len}], got {lengths.tolist()}")
+    positions = torch.arange(seq_len, device=lengths.device)
+    return (positions[None, :] < lengths[:, None])[:, None, :]
+
+
+def sliding_window_mask(seq_len: int, window: int, device: torch.device | str | None = None) -> Bool[Tensor, "query_pos key_pos"]:
+    """Causal mask that also forgets the distant past: position t sees t - window + 1 .. t (``window`` keys)."""
+    _check_positive_int("seq_len", seq_len)
+    _check_positive_int("window", window)
+    query = torch.arange(seq_len, device=device)[:, None]
+    key = torch.arange(seq_len, device=device)[None, :]
+    return (key <= query) & (key > query - window)
+
+
+def bidirectional_mask(seq_len: int, device: torch.device | str | None = None) -> Bool[Tensor, "query_pos key_pos"]:
+    """Every position sees every position (the encoder's self-attention): all True."""
+    _check_positive_int("seq_len", seq_len)
+    return torch.ones(seq_len, seq_len, dtype=torch.bool, device=device)
+
+
+def _check_mask(mask: Tensor) -> None:
+    if mask.dtype != torch.bool:
+        raise ValueError(f"mask must be a bool tensor (True = may attend), got dtype {mask.dtype}")
+
+
+def _check_positive_int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")

@@ -1,0 +1,326 @@
+"""Chapter 03's exercises: scaled dot-product attention and its masks, with the mistakes learners make.
+
+Each mistake is written the way a learner would write it: the reference with exactly one thing wrong.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from tutorial_lib import attention as reference
+from tutorial_lib.checks.core import Case, Exercise, Mistake, register
+
+# --- 03.attention ---------------------------------------------------------------------------------------------------
+
+
+def _attention_cases(generator: torch.Generator) -> list[Case]:
+    def randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator, dtype=dtype)
+
+    # Left padding under a causal mask: batch 1's first two queries may attend to nothing at all.
+    left_padded = reference.causal_mask(4) & (torch.arange(4) >= torch.tensor([0, 2])[:, None])[:, None, None, :]
+    return [
+        # batch = seq = d_head: transposing the wrong axes of k keeps every shape and only changes the values.
+        Case.of(q=randn(4, 4, 4), k=randn(4, 4, 4), v=randn(4, 4, 4)),
+        Case.of(q=randn(2, 3, 5, 8, dtype=torch.float64), k=randn(2, 3, 7, 8, dtype=torch.float64),
+                v=randn(2, 3, 7, 6, dtype=torch.float64), note="query_pos ≠ key_pos, d_value ≠ d_head"),
+        Case.of(q=randn(6, 8), k=randn(6, 8), v=randn(6, 8), mask=reference.causal_mask(6), note="causal mask"),
+        Case.of(q=randn(3, 5, 8), k=randn(3, 5, 8), v=randn(3, 5, 8),
+                mask=reference.padding_mask(torch.tensor([5, 3, 1]), 5), note="padding mask"),
+        Case.of(q=randn(2, 2, 4, 8, dtype=torch.float64), k=randn(2, 2, 4, 8, dtype=torch.float64),
+                v=randn(2, 2, 4, 8, dtype=torch.float64), mask=left_padded,
+                note="causal mask and left padding: two query rows see no key at all"),
+    ]
+
+
+def _masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores, dim=-1).nan_to_num(0.0)
+
+
+def _no_scale(q, k, v, mask=None):
+    weights = _masked_softmax(q @ k.transpose(-2, -1), mask)
+    return weights @ v, weights
+
+
+def _divide_by_d_k(q, k, v, mask=None):
+    weights = _masked_softmax(q @ k.transpose(-2, -1) / q.shape[-1], mask)
+    return weights @ v, weights
+
+
+def _scale_by_d_value(q, k, v, mask=None):
+    weights = _masked_softmax(q @ k.transpose(-2, -1) / math.sqrt(v.shape[-1]), mask)
+    return weights @ v, weights
+
+
+def _softmax_over(dim: int):
+    def attention(q, k, v, mask=None):
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = torch.softmax(scores, dim=dim).nan_to_num(0.0)
+        return weights @ v, weights
+
+    return attention
+
+
+def _k_dot_t(q, k, v, mask=None):
+    weights = _masked_softmax(q @ k.T / math.sqrt(q.shape[-1]), mask)
+    return weights @ v, weights
+
+
+def _k_transpose(dim0: int, dim1: int):
+    def attention(q, k, v, mask=None):
+        weights = _masked_softmax(q @ k.transpose(dim0, dim1) / math.sqrt(q.shape[-1]), mask)
+        return weights @ v, weights
+
+    return attention
+
+
+def _inverted_mask(q, k, v, mask=None):
+    return reference.scaled_dot_product_attention(q, k, v, None if mask is None else ~mask)
+
+
+def _mask_after_softmax(q, k, v, mask=None):
+    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
+    if mask is not None:
+        weights = weights.masked_fill(~mask, 0.0)
+    return weights @ v, weights
+
+
+def _mask_with_zero(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, 0.0)
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+
+
+def _mask_with_large_negative(fill):
+    def attention(q, k, v, mask=None):
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            scores = scores.masked_fill(~mask, fill(scores.dtype))
+        weights = torch.softmax(scores, dim=-1)
+        return weights @ v, weights
+
+    return attention
+
+
+def _nan_for_masked_rows(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+
+
+def _scale_q_in_place(q, k, v, mask=None):
+    q /= math.sqrt(q.shape[-1])
+    weights = _masked_softmax(q @ k.transpose(-2, -1), mask)
+    return weights @ v, weights
+
+
+def _swapped_outputs(q, k, v, mask=None):
+    out, weights = reference.scaled_dot_product_attention(q, k, v, mask)
+    return weights, out
+
+
+ATTENTION = Exercise(
+    id="03.attention",
+    reference=reference.scaled_dot_product_attention,
+    cases=_attention_cases,
+    points=2,
+    outputs=("out", "weights"),
+    checked=(
+        "2-D, 3-D and 4-D inputs, query_pos ≠ key_pos and d_value ≠ d_head, float32 and float64, no mask, "
+        "causal and padding masks that broadcast, and query rows with every key masked (zero weights, zero output)"
+    ),
+    hint=(
+        "Eq. (1) is softmax(q kᵀ / √d_k) v: transpose the last two axes of k, divide by √d_k with d_k = "
+        "q.shape[-1], set masked scores to -inf before a softmax over the keys (dim=-1), and give rows with no "
+        "key to attend to zero weights."
+    ),
+    mistakes=(
+        Mistake("no_scale", "forgot to divide the scores by √d_k",
+                "Eq. (1) scales by 1/√d_k: `scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)`.", (_no_scale,)),
+        Mistake("divided_by_d_k", "divided the scores by d_k instead of √d_k",
+                "Use `math.sqrt(d_k)`: the dot product of two unit-variance vectors has variance d_k, so its "
+                "standard deviation is √d_k.", (_divide_by_d_k,)),
+        Mistake("scaled_by_d_value", "scaled by the size of v's last axis instead of d_k",
+                "d_k is the size of the vectors in the dot product: `q.shape[-1]`.", (_scale_by_d_value,)),
+        Mistake("wrong_k_axes", "transposed the wrong axes of k",
+                "Swap only the last two: `k.transpose(-2, -1)` (or `k.mT`); `k.T` reverses every axis and "
+                "fixed indices like `transpose(1, 2)` break as soon as there is a head axis.",
+                (_k_dot_t, _k_transpose(-1, -3), _k_transpose(1, 2), _k_transpose(0, 1))),
+        Mistake("softmax_over_queries", "took the softmax over the wrong axis",
+                "Each query's weights must sum to 1 over the keys: `torch.softmax(scores, dim=-1)`.",
+                (_softmax_over(-2), _softmax_over(1), _softmax_over(0))),
+        Mistake("inverted_mask", "inverted the mask",
+                "True means *may attend*: fill the scores where the mask is False, `scores.masked_fill(~mask, "
+                "float('-inf'))`.", (_inverted_mask,)),
+        Mistake("mask_after_softmax", "applied the mask after the softmax without renormalising",
+                "Zeroing weights afterwards leaves rows that no longer sum to 1: set masked scores to -inf "
+                "before the softmax.", (_mask_after_softmax,)),
+        Mistake("masked_with_zero", "masked the scores with 0 instead of -inf",
+                "A score of 0 still gets weight exp(0) in the softmax: fill with `float('-inf')`.",
+                (_mask_with_zero,)),
+        Mistake("masked_with_large_negative", "masked with a large negative number instead of -inf",
+                "It works until a query has no key to attend to: then every score is the same large negative "
+                "number and the softmax spreads the weight evenly over keys it must not see. Use -inf and turn "
+                "those rows' NaN into 0 (`weights.nan_to_num(0.0)`).",
+                (_mask_with_large_negative(lambda dtype: -1e9),
+                 _mask_with_large_negative(lambda dtype: torch.finfo(dtype).min))),
+        Mistake("nan_for_fully_masked_rows", "left the softmax of all -inf rows as NaN",
+                "A query whose keys are all masked should attend to nothing: `weights.nan_to_num(0.0)` after "
+                "the softmax gives it zero weights and a zero output.", (_nan_for_masked_rows,)),
+        Mistake("scaled_q_in_place", "scaled q in place",
+                "`q /= math.sqrt(d_k)` divides the caller's tensor too: write `q = q / math.sqrt(d_k)`, or "
+                "scale the scores instead.", (_scale_q_in_place,)),
+        Mistake("swapped_outputs", "returned (weights, out) instead of (out, weights)",
+                "Return the output first: `return weights @ v, weights`.", (_swapped_outputs,)),
+    ),
+)
+
+
+# --- 03.causal_mask -------------------------------------------------------------------------------------------------
+
+
+def _seq_len_cases(generator: torch.Generator) -> list[Case]:
+    return [Case.of(seq_len=4), Case.of(seq_len=7), Case.of(seq_len=1)]
+
+
+def _upper_triangle(offset: int):
+    def causal_mask(seq_len):
+        return torch.triu(torch.ones(seq_len, seq_len, dtype=torch.bool), diagonal=offset)
+
+    return causal_mask
+
+
+def _strict_lower_triangle(seq_len):
+    return torch.tril(torch.ones(seq_len, seq_len, dtype=torch.bool), diagonal=-1)
+
+
+def _tril_of(dtype: torch.dtype):
+    def causal_mask(seq_len):
+        return torch.tril(torch.ones(seq_len, seq_len, dtype=dtype))
+
+    return causal_mask
+
+
+CAUSAL_MASK = Exercise(
+    id="03.causal_mask",
+    reference=lambda seq_len: reference.causal_mask(seq_len),
+    cases=_seq_len_cases,
+    points=1,
+    outputs=("the mask",),
+    checked="seq_len 4, 7 and 1, a boolean (seq_len, seq_len) mask, True on and below the diagonal",
+    hint="position t may attend to positions 0..t: True on and below the diagonal, `torch.tril` of a bool tensor.",
+    mistakes=(
+        Mistake("upper_triangle", "built the upper triangle instead of the lower one",
+                "True means *may attend*, and position t may attend to 0..t (the past), so True belongs on and "
+                "below the diagonal: `torch.tril`.", (_upper_triangle(0), _upper_triangle(1))),
+        Mistake("excluded_diagonal", "left out the diagonal",
+                "A position may attend to itself: keep the diagonal (`torch.tril(..., diagonal=0)`).",
+                (_strict_lower_triangle,)),
+        Mistake("not_bool", "returned numbers instead of booleans",
+                "Masks are boolean (True = may attend): create the ones with `dtype=torch.bool`, or compare "
+                "positions, `key <= query`.", (_tril_of(torch.float32), _tril_of(torch.int64))),
+    ),
+)
+
+
+# --- 03.padding_mask ------------------------------------------------------------------------------------------------
+
+
+def _padding_cases(generator: torch.Generator) -> list[Case]:
+    return [
+        Case.of(lengths=torch.tensor([3, 5, 1]), seq_len=5),
+        Case.of(lengths=torch.tensor([0, 2]), seq_len=4, note="an empty sequence"),
+        Case.of(lengths=torch.tensor([6]), seq_len=6, note="no padding"),
+    ]
+
+
+def _inverted_padding(lengths, seq_len):
+    return (torch.arange(seq_len)[None, :] >= lengths[:, None])[:, None, :]
+
+
+def _padding_off_by_one(lengths, seq_len):
+    return (torch.arange(seq_len)[None, :] <= lengths[:, None])[:, None, :]
+
+
+def _padding_without_query_axis(lengths, seq_len):
+    return torch.arange(seq_len)[None, :] < lengths[:, None]
+
+
+def _padding_query_axis_last(lengths, seq_len):
+    return (torch.arange(seq_len)[None, :] < lengths[:, None])[:, :, None]
+
+
+PADDING_MASK = Exercise(
+    id="03.padding_mask",
+    reference=reference.padding_mask,
+    cases=_padding_cases,
+    points=1,
+    outputs=("the mask",),
+    checked="ragged lengths, an empty sequence and an unpadded one; bool masks of shape (batch, 1, seq_len)",
+    hint="key position j of sequence b is real when j < lengths[b]; add a singleton query axis: (batch, 1, seq_len).",
+    mistakes=(
+        Mistake("inverted", "marked the padding instead of the real tokens",
+                "True means *may attend*: True on the first lengths[b] positions, `positions < lengths`.",
+                (_inverted_padding,)),
+        Mistake("off_by_one", "let each sequence see one padding position too many",
+                "A sequence of length n has positions 0..n-1: compare with `<`, not `<=`.",
+                (_padding_off_by_one,)),
+        Mistake("missing_query_axis", "left out the singleton query axis",
+                "Return (batch, 1, seq_len) so the mask broadcasts over the queries: index with `[:, None, :]`.",
+                (_padding_without_query_axis,)),
+        Mistake("query_axis_last", "put the singleton axis last",
+                "A (batch, seq_len, 1) mask hides padding *queries*; the keys are the last axis, so the "
+                "singleton goes in the middle: (batch, 1, seq_len).", (_padding_query_axis_last,)),
+    ),
+)
+
+
+# --- 03.sliding_window_mask -----------------------------------------------------------------------------------------
+
+
+def _window_cases(generator: torch.Generator) -> list[Case]:
+    return [
+        Case.of(seq_len=6, window=3),
+        Case.of(seq_len=5, window=1, note="each position sees only itself"),
+        Case.of(seq_len=4, window=10, note="a window longer than the sequence"),
+    ]
+
+
+def _window_one_too_wide(seq_len, window):
+    query, key = torch.arange(seq_len)[:, None], torch.arange(seq_len)[None, :]
+    return (key <= query) & (key >= query - window)
+
+
+def _window_not_causal(seq_len, window):
+    query, key = torch.arange(seq_len)[:, None], torch.arange(seq_len)[None, :]
+    return (key - query).abs() < window
+
+
+SLIDING_WINDOW_MASK = Exercise(
+    id="03.sliding_window_mask",
+    reference=lambda seq_len, window: reference.sliding_window_mask(seq_len, window),
+    cases=_window_cases,
+    points=1,
+    outputs=("the mask",),
+    checked="windows of 3, 1 and longer than the sequence; bool (seq_len, seq_len) masks",
+    hint="position t sees the `window` positions t - window + 1 .. t: causal, and not further back than that.",
+    mistakes=(
+        Mistake("one_too_wide", "let each position see window + 1 keys",
+                "Position t sees t - window + 1 .. t, which is `window` keys: `key > query - window`.",
+                (_window_one_too_wide,)),
+        Mistake("not_causal", "let positions see the future inside the window",
+                "A sliding window is still causal: add `key <= query`.", (_window_not_causal,)),
+    ),
+)
+
+register(ATTENTION, CAUSAL_MASK, PADDING_MASK, SLIDING_WINDOW_MASK)

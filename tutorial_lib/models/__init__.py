@@ -1,0 +1,1 @@
+"""Whole models assembled from the components: the paper's Transformer, GPT, BERT."""

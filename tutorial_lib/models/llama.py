@@ -1,0 +1,156 @@
+"""A LLaMA-style GPT (Touvron et al. 2023), chapter 12: GPT-2's architecture with four modern swaps.
+
+Main differences with :class:`~tutorial_lib.models.gpt.GPT`, and nothing else:
+
+1. **RoPE instead of learned positions**: no ``pos_embed``; queries and keys are rotated inside every attention
+   layer (:class:`~tutorial_lib.rope.RotaryMultiHeadAttention`).
+2. **RMSNorm instead of LayerNorm**, still pre-norm, with a final norm.
+3. **SwiGLU feed-forward** with ``d_ff ≈ 8/3 · d_model`` (same parameters as a 4 · d_model FFN), rounded up to a
+   multiple of ``multiple_of``.
+4. **No biases** anywhere, and an **untied** output head (configurable).
+
+:meth:`Llama.from_hf_llama_state_dict` loads Hugging Face's ``LlamaForCausalLM`` weights (same rotate-half layout).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor, nn
+
+from tutorial_lib.blocks import NormPlacement, TransformerBlock
+from tutorial_lib.embeddings import check_sequence_fits
+from tutorial_lib.kv_cache import KVCache
+from tutorial_lib.models.gpt import GPT, GPTConfig, gpt2_init_
+from tutorial_lib.normalization import RMSNorm
+from tutorial_lib.rope import RotaryMultiHeadAttention
+
+
+def llama_d_ff(d_model: int, multiple_of: int) -> int:
+    """LLaMA's hidden size: ⌊8/3 · d_model⌋ rounded up to a multiple of ``multiple_of`` (4096, 256 → 11008).
+
+    Three matrices of ``d_model × 8/3·d_model`` hold as many parameters as the two ``d_model × 4·d_model`` of
+    GPT's FFN; the rounding keeps the matrix shapes friendly to the hardware.
+    """
+    for name, value in (("d_model", d_model), ("multiple_of", multiple_of)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return multiple_of * math.ceil(int(8 * d_model / 3) / multiple_of)
+
+
+@dataclass(frozen=True)
+class LlamaConfig(GPTConfig):
+    """Main difference with :class:`GPTConfig`: LLaMA's defaults, plus the RoPE ``rope_base`` and ``multiple_of``.
+
+    ``d_ff=None`` means :func:`llama_d_ff`; ``layer_norm_eps`` is the RMSNorm's ε here (LLaMA's 1e-6).
+    """
+
+    d_ff: int | None = None  # None → llama_d_ff(d_model, multiple_of)
+    activation: str = "swiglu"
+    layer_norm_eps: float = 1e-6
+    tie_embeddings: bool = False
+    bias: bool = False
+    rope_base: float = 10000.0
+    multiple_of: int = 32  # LLaMA used 256 (for d_model ≥ 4096); 32 keeps d_ff ≈ 8/3·d_model for small models
+
+    def __post_init__(self) -> None:
+        if self.d_ff is None:
+            object.__setattr__(self, "d_ff", llama_d_ff(self.d_model, self.multiple_of))
+        if not self.rope_base > 1.0:
+            raise ValueError(f"rope_base must be > 1, got {self.rope_base!r}")
+        super().__post_init__()
+        if self.d_head % 2:
+            raise ValueError(f"d_model / n_heads = {self.d_head} must be even: RoPE rotates pairs of dimensions")
+
+
+class LlamaBlock(TransformerBlock):
+    """Main difference with :class:`TransformerBlock`: RMSNorm, and rotary attention in place of ``attn``."""
+
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__(
+            cfg.d_model, cfg.n_heads, cfg.d_ff, placement=cfg.placement, norm="rms", eps=cfg.layer_norm_eps,
+            activation=cfg.activation, bias=cfg.bias, dropout=cfg.dropout, fast_attention=cfg.fast_attention,
+        )
+        self.attn = RotaryMultiHeadAttention(
+            cfg.d_model, cfg.n_heads, cfg.n_ctx, base=cfg.rope_base, bias=cfg.bias, fast=cfg.fast_attention
+        )
+
+
+class Llama(GPT):
+    """A GPT with LLaMA's changes (see the module docstring). ``forward``, ``make_kv_cache`` and ``cfg.n_ctx`` work as
+    for :class:`GPT`, so :func:`~tutorial_lib.sampling.generate` and the training loop take either model."""
+
+    def __init__(self, cfg: LlamaConfig) -> None:
+        if not isinstance(cfg, LlamaConfig):
+            raise ValueError(f"cfg must be a LlamaConfig, got {type(cfg).__name__}")
+        super().__init__(cfg)
+        # GPT's constructor built what a GPT has; replace what LLaMA changes, then initialise again (same scheme).
+        del self.pos_embed  # 1. positions enter through RoPE, inside attention
+        self.blocks = nn.ModuleList(LlamaBlock(cfg) for _ in range(cfg.n_layers))  # 2.-4.
+        self.ln_final = RMSNorm(cfg.d_model, cfg.layer_norm_eps) if cfg.placement is not NormPlacement.POST else nn.Identity()
+        gpt2_init_(self)
+
+    def forward(self, tokens: Int[Tensor, "batch seq"], cache: KVCache | None = None) -> Float[Tensor, "batch seq d_vocab"]:
+        """Logits for the next token at every position. With ``cache``, ``tokens`` continue the cached positions."""
+        if tokens.dim() != 2:
+            raise ValueError(f"tokens must have shape (batch, seq), got {tuple(tokens.shape)}")
+        offset = 0 if cache is None else cache.length
+        check_sequence_fits(offset + tokens.shape[1], self.cfg.n_ctx)
+        x = self.dropout(self.embed(tokens))  # no position embedding: the blocks' attention rotates q and k
+        for i, block in enumerate(self.blocks):
+            x = block(x, causal=True, cache=None if cache is None else cache[i])
+        return self.unembed(self.ln_final(x))
+
+    @classmethod
+    def from_hf_llama_state_dict(cls, state_dict: dict[str, Tensor], cfg: LlamaConfig) -> Llama:
+        """Build from a Hugging Face ``LlamaForCausalLM`` state dict (strict: every key used, every shape checked).
+
+        Hugging Face's LLaMA uses the same rotate-half RoPE layout as :mod:`tutorial_lib.rope`, so q and k weights
+        copy across unpermuted. Grouped-query attention (fewer key/value heads) is not supported.
+        """
+        model = cls(cfg)
+        model.load_state_dict(_hf_llama_key_map(state_dict, cfg), strict=True)
+        return model
+
+
+def _hf_llama_key_map(hf: dict[str, Tensor], cfg: LlamaConfig) -> dict[str, Tensor]:
+    """Hugging Face LLaMA names → ours (``nn.Linear`` both sides: no transposes)."""
+    used: set[str] = set()
+
+    def take(key: str, shape: tuple[int, ...]) -> Tensor:
+        if key not in hf:
+            raise KeyError(f"LLaMA state dict has no {key!r}")
+        if tuple(hf[key].shape) != shape:
+            raise ValueError(f"{key}: expected shape {shape}, got {tuple(hf[key].shape)} (does cfg match the checkpoint?)")
+        used.add(key)
+        return hf[key]
+
+    d, d_ff, out = cfg.d_model, cfg.d_ff, {}
+    out["embed.weight"] = take("model.embed_tokens.weight", (cfg.d_vocab, d))
+    for i in range(cfg.n_layers):
+        h, ours = f"model.layers.{i}.", f"blocks.{i}."
+        for hf_name, name in (("q_proj", "q_proj"), ("k_proj", "k_proj"), ("v_proj", "v_proj"), ("o_proj", "out_proj")):
+            out[ours + f"attn.{name}.weight"] = take(h + f"self_attn.{hf_name}.weight", (d, d))
+            if cfg.bias:
+                out[ours + f"attn.{name}.bias"] = take(h + f"self_attn.{hf_name}.bias", (d,))
+        for name, shape in (("gate", (d_ff, d)), ("up", (d_ff, d)), ("down", (d, d_ff))):
+            out[ours + f"ffn.{name}.weight"] = take(h + f"mlp.{name}_proj.weight", shape)
+            if cfg.bias:
+                out[ours + f"ffn.{name}.bias"] = take(h + f"mlp.{name}_proj.bias", shape[:1])
+        out[ours + "attn_residual.norm.weight"] = take(h + "input_layernorm.weight", (d,))
+        out[ours + "ffn_residual.norm.weight"] = take(h + "post_attention_layernorm.weight", (d,))
+    out["ln_final.weight"] = take("model.norm.weight", (d,))
+    if cfg.tie_embeddings:
+        out["unembed.weight"] = out["embed.weight"]
+        # A tied checkpoint may list the shared matrix under both names; it must then be the same matrix.
+        if "lm_head.weight" in hf and not torch.equal(take("lm_head.weight", (cfg.d_vocab, d)), out["embed.weight"]):
+            raise ValueError("cfg.tie_embeddings is True but lm_head.weight differs from model.embed_tokens.weight")
+    else:
+        out["unembed.weight"] = take("lm_head.weight", (cfg.d_vocab, d))
+    unused = set(hf) - used
+    if unused:
+        raise KeyError(f"LLaMA state dict keys not mapped: {sorted(unused)[:5]}")
+    return {k: v.detach().clone() for k, v in out.items()}

@@ -1,0 +1,126 @@
+"""The masks of §3.2.3 and what they do to the attention weights (chapter 03).
+
+Pure functions build a mask by name and the attention weights it produces; :func:`mask_explorer_widget` is a thin
+ipywidgets wrapper over them and :func:`plot_masks` draws every kind side by side for the static book.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import ipywidgets as widgets
+import matplotlib
+import numpy as np
+import torch
+from IPython.display import display
+from jaxtyping import Bool, Float
+from matplotlib.figure import Figure
+from matplotlib.image import AxesImage
+from torch import Tensor
+
+from tutorial_lib.attention import (
+    bidirectional_mask,
+    causal_mask,
+    padding_mask,
+    scaled_dot_product_attention,
+    sliding_window_mask,
+)
+from tutorial_lib.widgets._plotting import new_figure
+
+MASK_KINDS = ("causal", "padding", "causal + padding", "sliding window", "bidirectional")
+
+
+def build_mask(kind: str, seq_len: int, *, window: int = 3, length: int | None = None) -> Bool[Tensor, "query_pos key_pos"]:
+    """The ``(seq_len, seq_len)`` self-attention mask of one sequence, True = may attend.
+
+    ``window`` is the sliding window's number of keys; ``length`` is the number of real tokens before the right
+    padding (``None``: no padding), used by the two padding kinds.
+    """
+    if kind not in MASK_KINDS:
+        raise ValueError(f"kind must be one of {MASK_KINDS}, got {kind!r}")
+    if length is None:
+        length = seq_len
+    if kind == "causal":
+        return causal_mask(seq_len)
+    if kind == "sliding window":
+        return sliding_window_mask(seq_len, window)
+    if kind == "bidirectional":
+        return bidirectional_mask(seq_len)
+    # padding_mask is (batch, 1, key_pos): one sequence, the same keys hidden from every query.
+    padding = padding_mask(torch.tensor([length]), seq_len)[0].expand(seq_len, seq_len)
+    return padding & causal_mask(seq_len) if kind == "causal + padding" else padding
+
+
+def masked_attention_weights(
+    mask: Bool[Tensor, "query_pos key_pos"], *, d_head: int = 8, seed: int = 0
+) -> Float[Tensor, "query_pos key_pos"]:
+    """Attention weights of random unit-variance queries and keys under ``mask`` (the package's Eq. (1))."""
+    seq_len = mask.shape[-1]
+    generator = torch.Generator().manual_seed(seed)
+    q = torch.randn(seq_len, d_head, generator=generator)
+    k = torch.randn(seq_len, d_head, generator=generator)
+    return scaled_dot_product_attention(q, k, k, mask)[1]
+
+
+def _draw(axes, kind: str, mask: Tensor, weights: Tensor) -> AxesImage:
+    """Top: the mask; bottom: the weights on a shared 0..1 scale, masked pairs left white (they are exactly 0)."""
+    mask_ax, weights_ax = axes
+    mask_ax.imshow(mask.numpy(), cmap="Greys", vmin=0, vmax=1.6)
+    mask_ax.set_title(kind, fontsize="medium")
+    colormap = matplotlib.colormaps["viridis"].with_extremes(bad="white")
+    image = weights_ax.imshow(np.ma.masked_where(~mask.numpy(), weights.numpy()), cmap=colormap, vmin=0, vmax=1)
+    positions = range(mask.shape[-1])
+    for ax in axes:
+        ax.set_xlabel("key_pos")
+        ax.set_xticks(positions, [str(p) for p in positions], fontsize="x-small")
+        ax.set_yticks(positions, [str(p) for p in positions], fontsize="x-small")
+    return image
+
+
+def plot_masks(
+    kinds: Sequence[str] = MASK_KINDS, *, seq_len: int = 8, window: int = 3, length: int = 5, seed: int = 0
+) -> Figure:
+    """Every mask kind side by side (top, dark = may attend) with the attention weights it yields (bottom).
+
+    The weights come from the same random queries and keys in every column, so only the mask differs.
+    """
+    fig, axes = new_figure(2, len(kinds), figsize=(2.4 * len(kinds), 5.0), squeeze=False)
+    for column, kind in enumerate(kinds):
+        mask = build_mask(kind, seq_len, window=window, length=length)
+        image = _draw(axes[:, column], kind, mask, masked_attention_weights(mask, seed=seed))
+    axes[0, 0].set_ylabel("query_pos\nmask (dark = may attend)")
+    axes[1, 0].set_ylabel("query_pos\nattention weights")
+    fig.colorbar(image, ax=axes[1, :].tolist(), shrink=0.8, label="weight")
+    return fig
+
+
+def mask_explorer_widget(
+    kind: str = "causal + padding", *, seq_len: int = 8, window: int = 3, length: int = 5, seed: int = 0
+) -> widgets.VBox:
+    """A mask kind, its size, window and padding as controls; the mask and its attention weights as heatmaps."""
+    build_mask(kind, seq_len, window=window, length=length)  # validate before building any control
+    kind_menu = widgets.Dropdown(options=MASK_KINDS, value=kind, description="mask")
+    seq_len_slider = widgets.IntSlider(value=seq_len, min=2, max=16, description="seq_len")
+    window_slider = widgets.IntSlider(value=window, min=1, max=16, description="window")
+    length_slider = widgets.IntSlider(value=length, min=0, max=seq_len, description="length")
+    output = widgets.Output()
+
+    def redraw(_change=None) -> None:
+        # A padded sequence cannot be longer than seq_len; the unused sliders are greyed out.
+        length_slider.max = seq_len_slider.value
+        window_slider.disabled = kind_menu.value != "sliding window"
+        length_slider.disabled = "padding" not in kind_menu.value
+        mask = build_mask(kind_menu.value, seq_len_slider.value, window=window_slider.value, length=length_slider.value)
+        fig, axes = new_figure(2, 1, figsize=(3.2, 5.6), squeeze=False)
+        image = _draw(axes[:, 0], kind_menu.value, mask, masked_attention_weights(mask, seed=seed))
+        axes[0, 0].set_ylabel("mask: query_pos")
+        axes[1, 0].set_ylabel("weights: query_pos")
+        fig.colorbar(image, ax=axes[1, 0], shrink=0.8)
+        with output:
+            output.clear_output(wait=True)
+            display(fig)
+
+    for control in (kind_menu, seq_len_slider, window_slider, length_slider):
+        control.observe(redraw, names="value")
+    redraw()
+    return widgets.VBox([kind_menu, seq_len_slider, window_slider, length_slider, output])
