@@ -9,7 +9,7 @@ export MPLBACKEND := agg
 export OMP_NUM_THREADS ?= 2
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: venv book test test-unit clean
+.PHONY: venv book test test-unit test-notebooks test-book execute clean exercises
 
 $(STAMP): requirements.txt pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -25,11 +25,32 @@ venv: $(STAMP)
 book: venv
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
 
-## test: every test of the project
-test: venv test-unit
+## test: every test of the project: unit tests, then the notebooks' stored outputs (nbval), then the book
+test: venv test-unit test-notebooks test-book
 
 test-unit: venv
 	$(PY) -m pytest tests
+
+# Notebook kernels: CPU outputs (the stored ones) and the inline backend (the agg exported above shows no figure).
+NOTEBOOK_ENV := TUTORIAL_LIB_DEVICE=cpu MPLBACKEND=module://matplotlib_inline.backend_inline
+
+## execute: run every notebook top to bottom in a fresh kernel and store its outputs and widget state in place
+execute: venv
+	$(PY) tools/execute_notebooks.py
+
+# nbval in strict mode: every cell's fresh output must equal the stored one (sanitized by nbval_sanitize.cfg).
+# `-o addopts=` drops the unit suite's options (jaxtyping's import hook): the notebooks run in their own kernels.
+test-notebooks: venv
+	$(NOTEBOOK_ENV) $(PY) -m pytest -o addopts= -p no:cacheprovider --nbval --nbval-current-env \
+		--nbval-sanitize-with nbval_sanitize.cfg --nbval-cell-timeout=600 --timeout=900 chapters solutions exercises
+
+# The book from scratch (--all: a warning in an unchanged page must still fail), warnings as errors.
+test-book: venv
+	$(VENV)/bin/jupyter-book build . --all -W -n --keep-going
+
+## exercises: regenerate exercises/ from solutions/ and execute the notebooks whose sources changed
+exercises: venv
+	$(PY) tools/make_exercises.py
 
 clean:
 	rm -rf _build

@@ -14,6 +14,10 @@ import torch
 os.environ.setdefault("TUTORIAL_LIB_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
 os.environ.setdefault("MPLBACKEND", "agg")
 
+# The suite's tensors are tiny: one thread beats two, whose start-up and contention on a shared 2-core machine cost
+# more than they gain (measured: the core tests take 6 s with one thread, 31 s with two).
+torch.set_num_threads(1)
+
 
 @pytest.fixture(autouse=True)
 def _seed() -> None:

@@ -74,7 +74,7 @@ def test_gradients_match_pytorch():
     mask = random_mask(2, 1, 5, 6)
     ours = torch.autograd.grad(scaled_dot_product_attention(q, k, v, mask)[0].pow(2).sum(), (q, k, v))
     ref = torch.autograd.grad(F.scaled_dot_product_attention(q, k, v, attn_mask=mask).pow(2).sum(), (q, k, v))
-    for name, g_ours, g_ref in zip("qkv", ours, ref):
+    for name, g_ours, g_ref in zip("qkv", ours, ref, strict=True):
         torch.testing.assert_close(g_ours, g_ref, **TOL, msg=f"gradient w.r.t. {name}")
 
 
@@ -118,7 +118,7 @@ def test_fast_path_matches_readable_path(with_mask):
     torch.testing.assert_close(fast, slow, **TOL)
     g_slow = torch.autograd.grad(slow.sum(), (q, k, v))
     g_fast = torch.autograd.grad(fast.sum(), (q, k, v))
-    for g_s, g_f in zip(g_slow, g_fast):
+    for g_s, g_f in zip(g_slow, g_fast, strict=True):
         torch.testing.assert_close(g_f, g_s, **TOL)
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import math
+import pkgutil
+import re
 import signal
 import sys
 import threading
@@ -17,9 +19,17 @@ import torch
 import torch.nn.functional as F
 
 from tutorial_lib.attention import causal_mask, padding_mask, scaled_dot_product_attention, sliding_window_mask
+from tutorial_lib import checks
 from tutorial_lib.checks import Case, Exercise, Mistake, chapter_exercises, check, core, register
 
 CHAPTER_03 = chapter_exercises("03")
+# Every chapter's exercises, so a new chNN.py is covered by the catalogue tests below without editing them.
+ALL_EXERCISES = [
+    exercise
+    for module in pkgutil.iter_modules(checks.__path__)
+    if re.fullmatch(r"ch\d\d", module.name)
+    for exercise in chapter_exercises(module.name[2:])
+]
 
 
 # --- learners' code -------------------------------------------------------------------------------------------------
@@ -185,14 +195,19 @@ REFERENCES = {
 # --- correct answers --------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("exercise_id", sorted(REFERENCES))
-def test_the_package_reference_passes(exercise_id, capsys):
-    result = check(exercise_id, REFERENCES[exercise_id])
+@pytest.mark.parametrize("exercise", ALL_EXERCISES, ids=lambda exercise: exercise.id)
+def test_the_reference_passes(exercise, capsys):
+    result = check(exercise.id, exercise.reference)
     assert result.passed and result.kind == "passed"
     assert result.points == result.max_points > 0
     assert result.mistake is None
     assert "correct" in result.verdict and "seeded cases" in result.verdict
     assert capsys.readouterr().out == result.verdict + "\n"
+
+
+@pytest.mark.parametrize("exercise_id", sorted(REFERENCES))
+def test_the_package_functions_pass_chapter_03(exercise_id):
+    assert check(exercise_id, REFERENCES[exercise_id]).passed
 
 
 def test_a_correct_answer_written_differently_passes():
@@ -235,7 +250,7 @@ def test_every_catalogued_mistake_has_a_learner_version_here():
 
 @pytest.mark.parametrize(
     ("exercise_id", "mistake", "variant"),
-    [(e.id, m.name, variant) for e in CHAPTER_03 for m in e.mistakes for variant in m.variants],
+    [(e.id, m.name, variant) for e in ALL_EXERCISES for m in e.mistakes for variant in m.variants],
     ids=lambda value: value if isinstance(value, str) else "",
 )
 def test_every_catalogue_variant_is_rejected_and_named(exercise_id, mistake, variant):
@@ -263,7 +278,8 @@ def test_an_exception_is_reported_with_the_line_that_raised_it():
     result = check("03.attention", four_axes_only)
     assert result.kind == "raised" and result.mistake is None
     assert result.summary == "raised IndexError"
-    assert "your code raised IndexError: tuple index out of range (line 2 of your code: `d_k = q.shape[3]`)" in result.verdict
+    line = four_axes_only.__code__.co_firstlineno + 1
+    assert f"raised IndexError: tuple index out of range (line {line} of your code: `d_k = q.shape[3]`)" in result.verdict
 
 
 def test_a_learner_raising_not_implemented_later_is_an_exception_not_a_stub():
@@ -288,6 +304,11 @@ def test_a_learner_raising_not_implemented_later_is_an_exception_not_a_stub():
 def test_wrong_type(answer, expected):
     result = check("03.attention", answer)
     assert result.kind == "wrong_type" and expected in result.verdict, result.verdict
+
+
+def test_a_result_on_another_device_is_the_wrong_type():
+    result = check("03.causal_mask", lambda seq_len: torch.ones(seq_len, seq_len, dtype=torch.bool, device="meta"))
+    assert result.kind == "wrong_type" and "the mask is on meta but should be on cpu" in result.verdict
 
 
 def test_something_that_is_not_a_function():
@@ -475,3 +496,53 @@ def test_case_descriptions_name_shapes_dtypes_and_values():
     case = Case.of(q=torch.zeros(2, 5, 8, dtype=torch.float64), mask=torch.ones(5, 5, dtype=torch.bool),
                    lengths=torch.tensor([3, 1]), seq_len=5, note="a note")
     assert case.describe() == "q (2, 5, 8) float64, mask (5, 5), lengths=[3, 1], seq_len=5 (a note)"
+
+
+# --- the core beyond chapter 03: class exercises and custom tolerances ------------------------------------------------
+
+
+class Scale(torch.nn.Module):
+    def __init__(self, factor):
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, x):
+        return x * self.factor
+
+
+class AddInstead(Scale):
+    def forward(self, x):
+        return x + self.factor
+
+
+register(Exercise(
+    "98.scale", Scale, lambda generator: [Case.of(x=torch.randn(5, generator=generator))], points=1,
+    checked="one vector", hint="multiply", call=lambda cls, args: cls(2.0)(*args), tolerance=(0.0, 1e-2),
+    mistakes=(Mistake("added", "added the factor", "Multiply by it.", (AddInstead,)),),
+))
+
+
+def test_a_class_exercise_builds_the_learners_module_the_way_it_declares():
+    class Mine(torch.nn.Module):
+        def __init__(self, factor):
+            super().__init__()
+            self.factor = factor + 1e-3  # within the exercise's atol of 1e-2, far outside float32's default
+
+        def forward(self, x):
+            return self.factor * x
+
+    class Stub(torch.nn.Module):
+        def __init__(self, factor):
+            raise NotImplementedError
+
+    class Adds(torch.nn.Module):
+        def __init__(self, factor):
+            super().__init__()
+            self.factor = factor
+
+        def forward(self, x):
+            return self.factor + x
+
+    assert check("98.scale", Mine).passed
+    assert check("98.scale", Stub).kind == "not_attempted"
+    assert check("98.scale", Adds).mistake == "added"

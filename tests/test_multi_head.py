@@ -36,7 +36,9 @@ def reference_copy(ours: MultiHeadAttention) -> nn.MultiheadAttention:
 def run_reference(ref: nn.MultiheadAttention, x, context=None, *, key_padding=None, attn_mask=None):
     """PyTorch's boolean masks mean True = *masked*: the opposite of ours. need_weights keeps its generic path."""
     source = x if context is None else context
-    return ref(x, source, source, key_padding_mask=key_padding, attn_mask=attn_mask, need_weights=True, average_attn_weights=False)
+    return ref(
+        x, source, source, key_padding_mask=key_padding, attn_mask=attn_mask, need_weights=True, average_attn_weights=False
+    )
 
 
 @pytest.fixture

@@ -37,7 +37,7 @@ def assert_same_outputs_and_gradients(ours: nn.Module, ref: nn.Module, x: torch.
     upstream = torch.randn_like(y)  # a random upstream gradient, not the sum (whose gradient w.r.t. x is ~0 for LN)
     grads = torch.autograd.grad(y, [x, *ours.parameters()], upstream)
     grads_ref = torch.autograd.grad(y_ref, [x, *ref.parameters()], upstream)
-    for g, g_ref in zip(grads, grads_ref):
+    for g, g_ref in zip(grads, grads_ref, strict=True):
         torch.testing.assert_close(g, g_ref, atol=1e-4, rtol=1e-5)  # parameter gradients sum over rows: looser
 
 

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from tutorial_lib.attention import causal_mask, padding_mask
 from tutorial_lib.blocks import DecoderBlock, NormPlacement, TransformerBlock
 from tutorial_lib.counting import count_parameters
+from tutorial_lib.data.dates import DateVocab, encode_pairs, make_date_pairs
 from tutorial_lib.embeddings import sinusoidal_positional_encoding
 from tutorial_lib.models.transformer import Transformer, TransformerConfig
 
@@ -192,10 +193,12 @@ def small_config(**changes) -> TransformerConfig:
 def test_stacks_and_forward_match_nn_transformer(placement: NormPlacement, final_norm: bool | None) -> None:
     cfg = small_config(placement=placement, final_norm=final_norm)
     torch.manual_seed(0)
-    ref = nn.Transformer(
-        D_MODEL, N_HEADS, cfg.n_encoder_layers, cfg.n_decoder_layers, D_FF, dropout=0.0, batch_first=True,
-        norm_first=placement is NormPlacement.PRE,
-    ).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "enable_nested_tensor is True, but ..." (pre-norm)
+        ref = nn.Transformer(
+            D_MODEL, N_HEADS, cfg.n_encoder_layers, cfg.n_decoder_layers, D_FF, dropout=0.0, batch_first=True,
+            norm_first=placement is NormPlacement.PRE,
+        ).eval()
     if not cfg.final_norm:
         ref.encoder.norm = nn.Identity()
         ref.decoder.norm = nn.Identity()
@@ -206,12 +209,11 @@ def test_stacks_and_forward_match_nn_transformer(placement: NormPlacement, final
 
     src_x, src_mask = padded_inputs(1, [7, 5, 2])
     tgt_x = torch.randn(3, 6, D_MODEL, generator=torch.Generator().manual_seed(2))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # "enable_nested_tensor is True, but ..." (pre-norm)
-        expected = ref(
-            src_x, tgt_x, tgt_mask=~causal_mask(6), tgt_is_causal=True,
-            src_key_padding_mask=torch_padding(src_mask), memory_key_padding_mask=torch_padding(src_mask),
-        )
+    # Gradients stay on: PyTorch's inference fast path would zero the padded rows of the memory (nested tensors).
+    expected = ref(
+        src_x, tgt_x, tgt_mask=~causal_mask(6), tgt_is_causal=True,
+        src_key_padding_mask=torch_padding(src_mask), memory_key_padding_mask=torch_padding(src_mask),
+    )
     assert_close(model.decoder(tgt_x, model.encoder(src_x, mask=src_mask), memory_mask=src_mask), expected)
 
     # The whole forward: the reference stacks fed §3.4's embedding (×√d_model) plus §3.5's sinusoids, written out.
@@ -221,9 +223,7 @@ def test_stacks_and_forward_match_nn_transformer(placement: NormPlacement, final
     table, pe = model.src_embed.weight, sinusoidal_positional_encoding(cfg.n_ctx, D_MODEL)
     embedded = [F.embedding(tokens, table) * math.sqrt(D_MODEL) + pe[: tokens.shape[1]] for tokens in (src, tgt)]
     key_padding = lengths[:, None] <= torch.arange(7)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        hidden = ref(*embedded, tgt_mask=~causal_mask(6), tgt_is_causal=True, src_key_padding_mask=key_padding, memory_key_padding_mask=key_padding)
+    hidden = ref(*embedded, tgt_mask=~causal_mask(6), tgt_is_causal=True, src_key_padding_mask=key_padding, memory_key_padding_mask=key_padding)
     assert_close(model(src, tgt, src_lengths=lengths), hidden @ table.T)
 
 
@@ -273,6 +273,19 @@ def test_shared_embeddings_are_one_matrix() -> None:
     assert count_parameters(unshared) - count_parameters(model) == 11 * D_MODEL + shared_matrix
 
 
+def test_learned_positions_are_one_table_for_both_sides() -> None:
+    torch.manual_seed(0)
+    learned = Transformer(small_config(positional="learned")).eval()
+    sinusoidal = Transformer(small_config())
+    assert count_parameters(learned) - count_parameters(sinusoidal) == 12 * D_MODEL  # n_ctx × d_model
+    src = torch.randint(0, 13, (2, 5), generator=torch.Generator().manual_seed(1))
+    tgt = torch.randint(0, 13, (2, 4), generator=torch.Generator().manual_seed(2))
+    memory = learned.encode(src)
+    cache = learned.make_kv_cache(2)
+    steps = [learned.decode(tgt[:, t : t + 1], memory, cache=cache) for t in range(4)]
+    assert_close(torch.cat(steps, dim=1), learned(src, tgt))
+
+
 def test_init_is_xavier_uniform_on_the_stacks_and_seeded() -> None:
     torch.manual_seed(0)
     model = Transformer(small_config(d_vocab=1000))
@@ -291,8 +304,13 @@ def test_init_is_xavier_uniform_on_the_stacks_and_seeded() -> None:
 
 
 def test_dropout_on_embedding_sums_is_active_only_in_training() -> None:
+    """§5.4: dropout on the sums of embeddings and positions. The stacks' own dropouts are switched off, so any
+    difference between two training-mode calls comes from there."""
     torch.manual_seed(0)
     model = Transformer(small_config(dropout=0.5))
+    for module in [*model.encoder.modules(), *model.decoder.modules()]:
+        if isinstance(module, nn.Dropout):
+            module.p = 0.0
     src = torch.randint(0, 13, (2, 5), generator=torch.Generator().manual_seed(1))
     tgt = torch.randint(0, 13, (2, 4), generator=torch.Generator().manual_seed(2))
     model.eval()
@@ -314,8 +332,8 @@ def test_base_model_parameter_count() -> None:
     one shared 37,000 × 512 embedding (source, target, pre-softmax; §3.4) = 18,944,000.
     Total 63,082,496 ≈ 63.1M, 3% under 65M. Other readings: an output bias adds only 37,000 (63.12M); a 32k
     vocabulary gives 60.5M; unshared source/target embeddings 82.0M; all three matrices unshared 101.0M. None reaches
-    65M exactly; the shared 37k reading the paper describes is the closest, and 65M would need ~40.7k vocabulary
-    rows (or the count of some implementation detail the paper does not state). The same formula gives 214.2M for
+    65M exactly; the paper's own reading (one shared 37k matrix, with or without an output bias) is the closest, and
+    65M would need ~40.7k vocabulary rows (or some implementation detail the paper does not state). The same formula gives 214.2M for
     the big model, against Table 3's 213M.
     """
     cfg = TransformerConfig.base()
@@ -395,33 +413,21 @@ def test_forward_rejects_bad_input() -> None:
 # ------------------------------------------------------------------------------------------ end to end
 
 
-def test_tiny_model_learns_to_copy() -> None:
-    """~100 Adam steps on a copy task (source = target): the loss falls from ln(d_vocab) to a fraction of it."""
-    pad, bos, eos, n_symbols = 0, 1, 2, 10
-    d_vocab = 3 + n_symbols
+def test_tiny_model_learns_the_date_task() -> None:
+    """100 Adam steps of the paper's post-norm model on date normalisation: the loss falls below a quarter of its
+    start (measured: 4.47 -> 0.74 over the last ten steps; about 3 s on one CPU thread)."""
+    vocab = DateVocab()
+    pairs = make_date_pairs(3200, seed=0)
     torch.manual_seed(0)
-    model = Transformer(small_config(d_vocab=d_vocab, n_encoder_layers=2, n_decoder_layers=2, d_model=32, d_ff=64, dropout=0.0))
+    model = Transformer(small_config(d_vocab=vocab.d_vocab, n_ctx=32, n_encoder_layers=2, n_decoder_layers=2, d_model=64, d_ff=128))
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98), eps=1e-9)  # §5.3's betas and eps
-    g = torch.Generator().manual_seed(1)
-
-    def batch(size: int = 32) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        lengths = torch.randint(3, 9, (size,), generator=g)
-        symbols = torch.randint(3, d_vocab, (size, 8), generator=g)
-        real = torch.arange(8) < lengths[:, None]
-        src = symbols.masked_fill(~real, pad)
-        tgt = torch.cat([src, torch.full((size, 1), pad)], dim=1)
-        tgt[torch.arange(size), lengths] = eos
-        tgt_in = torch.cat([torch.full((size, 1), bos), tgt[:, :-1]], dim=1)  # BOS + target, shifted right
-        return src, lengths, tgt_in, tgt
-
     losses = []
-    for _ in range(100):
-        src, lengths, tgt_in, tgt_out = batch()
-        logits = model(src, tgt_in, src_lengths=lengths)
-        loss = F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=pad)
+    for step in range(100):
+        batch = encode_pairs(pairs[32 * step : 32 * (step + 1)], vocab)
+        logits = model(batch.src, batch.tgt_in, src_lengths=batch.src_lengths)
+        loss = F.cross_entropy(logits.flatten(0, 1), batch.tgt_out.flatten(), ignore_index=vocab.pad_id)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
-    assert abs(losses[0] - math.log(d_vocab)) < 0.5  # a fresh model guesses about uniformly
     assert sum(losses[-10:]) / 10 < 0.25 * losses[0], losses[::10]

@@ -177,17 +177,21 @@ def test_figures_have_one_panel_per_case():
 def test_softmax_saturation_widget_constructs_and_redraws():
     widget = softmax_saturation_widget(d_head=64, scaled=True)
     assert isinstance(widget, widgets.VBox)
-    slider, toggle, output = widget.children
-    assert isinstance(output, widgets.Output)
-    slider.value, toggle.value = 1024, False  # each change redraws without raising
+    slider, toggle, image = widget.children
+    first = bytes(image.value)
+    assert first.startswith(b"\x89PNG")
+    slider.value = 1024
+    assert bytes(image.value).startswith(b"\x89PNG") and bytes(image.value) != first  # the change redrew it
+    toggle.value = False
     with pytest.raises(ValueError, match="d_head"):
         softmax_saturation_widget(d_head=100)
 
 
 def test_mask_explorer_widget_constructs_and_follows_its_controls():
     widget = mask_explorer_widget("causal", seq_len=8, window=3, length=5)
-    kind_menu, seq_len_slider, window_slider, length_slider, output = widget.children
-    assert isinstance(output, widgets.Output)
+    kind_menu, seq_len_slider, window_slider, length_slider, image = widget.children
+    first = bytes(image.value)
+    assert first.startswith(b"\x89PNG")
     assert window_slider.disabled and length_slider.disabled
     kind_menu.value = "sliding window"
     assert not window_slider.disabled
@@ -195,5 +199,6 @@ def test_mask_explorer_widget_constructs_and_follows_its_controls():
     assert not length_slider.disabled
     seq_len_slider.value = 4  # the padded length cannot exceed the sequence
     assert length_slider.max == 4 and length_slider.value == 4
+    assert bytes(image.value) != first
     with pytest.raises(ValueError, match="kind"):
         mask_explorer_widget("diagonal")

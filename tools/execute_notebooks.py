@@ -51,6 +51,7 @@ def execute(path: Path, timeout: int) -> None:
         resources={"metadata": {"path": str(path.parent)}},
         store_widget_state=True,
         record_timing=False,  # no timestamps in the stored notebook
+        coalesce_streams=True,  # one stream output per cell, however the kernel happened to flush it
     )
     client.execute(env={**os.environ, **KERNEL_ENV})
     nbformat.write(renumber_widgets(notebook), path)
@@ -66,15 +67,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     failed = []
     for path in paths:
+        name = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
         start = time.perf_counter()
         try:
             execute(path, args.timeout)
         except CellExecutionError as error:
             # Leave the file as it was: a half-executed notebook must not be committed.
-            print(f"FAILED {path.relative_to(ROOT)}\n{error}", file=sys.stderr)
+            print(f"FAILED {name}\n{error}", file=sys.stderr)
             failed.append(path)
             continue
-        print(f"executed {path.relative_to(ROOT)} in {time.perf_counter() - start:.1f} s")
+        print(f"executed {name} in {time.perf_counter() - start:.1f} s")
     return 1 if failed else 0
 
 

@@ -2,11 +2,13 @@
 
 In each code cell of a solutions notebook, the lines from ``# BEGIN SOLUTION`` to ``# END SOLUTION`` (inside a
 function body) become ``raise NotImplementedError(...)`` at the same indentation; the signature, the docstring and any
-``# TODO`` hint above the block stay. Cells tagged ``solution-only`` are dropped, and the Colab badge of the first cell
-points at the exercises file. Every ``check(...)`` cell must follow at least one solution block.
+``# TODO`` hint above the block stay. Cells tagged ``solution-only`` are dropped, and ``tools/notebook_header.py``
+writes the header cells for the exercises file (from ``_config.yml``). Every ``check(...)`` cell must follow at least
+one solution block.
 
-Exercise notebooks are stored executed: their outputs are the "not attempted yet" verdicts, compared by nbval. So the
-drift check compares sources (cell types, sources, tags) and that every code cell has run, never outputs.
+Exercise notebooks are stored executed, by ``tools/execute_notebooks.py`` as ``make execute`` does: their outputs are
+the "not attempted yet" verdicts, compared by nbval. So the drift check compares sources (cell types, sources, tags)
+and that every code cell has run, never outputs.
 
     python tools/make_exercises.py            # regenerate; execute only the notebooks whose sources changed
     python tools/make_exercises.py --force    # regenerate and execute all of them
@@ -17,14 +19,17 @@ from __future__ import annotations
 
 import argparse
 import copy
-import os
 import re
 import sys
 from pathlib import Path
 
 import nbformat
-from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
 from nbformat import NotebookNode
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/ is not a package: reach the tools beside this one
+from execute_notebooks import execute  # noqa: E402
+from notebook_header import apply_header  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION_ONLY = "solution-only"
@@ -77,8 +82,8 @@ def stub_source(source: str, where: str) -> tuple[str, int]:
     return "\n".join(out), blocks
 
 
-def make_exercise_notebook(solution: NotebookNode, name: str) -> NotebookNode:
-    """The exercises notebook for the solutions notebook ``solutions/<name>``: stubs, no outputs, not executed."""
+def make_exercise_notebook(solution: NotebookNode, name: str, root: Path = ROOT) -> NotebookNode:
+    """The exercises notebook for ``<root>/solutions/<name>``: stubs, its own header, no outputs, not executed."""
     exercise = copy.deepcopy(solution)
     cells = []
     blocks_total = 0
@@ -88,9 +93,9 @@ def make_exercise_notebook(solution: NotebookNode, name: str) -> NotebookNode:
             continue
         if cell.cell_type == "code":
             where = f"solutions/{name} cell {index}"
-            if _CHECK_CALL.search(cell.source) and blocks_since_check == 0:
-                raise MarkerError(f"{where}: this check follows no solution block; put the solution between '# BEGIN SOLUTION' and '# END SOLUTION'")
             if _CHECK_CALL.search(cell.source):
+                if blocks_since_check == 0:
+                    raise MarkerError(f"{where}: this check follows no solution block; put the solution between '# BEGIN SOLUTION' and '# END SOLUTION'")
                 blocks_since_check = 0
             cell.source, blocks = stub_source(cell.source, where)
             blocks_total += blocks
@@ -101,12 +106,8 @@ def make_exercise_notebook(solution: NotebookNode, name: str) -> NotebookNode:
         cells.append(cell)
     if blocks_total == 0:
         raise MarkerError(f"solutions/{name} has no '# BEGIN SOLUTION' ... '# END SOLUTION' block")
-    own_link, exercise_link = f"/solutions/{name})", f"/exercises/{name})"
-    if not cells or cells[0].cell_type != "markdown" or own_link not in cells[0].source:
-        raise MarkerError(f"solutions/{name}: the first cell must be the header with a Colab badge to solutions/{name}")
-    cells[0].source = cells[0].source.replace(own_link, exercise_link)
     exercise.cells = cells
-    return exercise
+    return apply_header(exercise, root / "exercises" / name, root)
 
 
 def sources(notebook: NotebookNode) -> list[tuple[str, str, list[str]]]:
@@ -118,45 +119,28 @@ def is_executed(notebook: NotebookNode) -> bool:
     return all(cell.execution_count is not None for cell in notebook.cells if cell.cell_type == "code")
 
 
-def execute(notebook: NotebookNode, folder: Path) -> None:
-    """Run in a fresh kernel from ``folder``, as a learner would: no grading log, no strict checks, CPU outputs."""
-    env = {key: value for key, value in os.environ.items() if key not in {"TUTORIAL_LIB_CHECK_LOG", "TUTORIAL_LIB_STRICT_CHECKS"}}
-    env["TUTORIAL_LIB_DEVICE"] = "cpu"
-    client = NotebookClient(
-        notebook,
-        timeout=CELL_TIMEOUT,
-        kernel_name="python3",
-        resources={"metadata": {"path": str(folder)}},
-        store_widget_state=True,
-        record_timing=False,
-    )
-    client.execute(env=env)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--check", action="store_true", help="exit 1 when exercises/ differs from what would be written")
     mode.add_argument("--force", action="store_true", help="execute every exercises notebook, changed or not")
     mode.add_argument("--no-execute", action="store_true", help="write the notebooks without executing them")
-    parser.add_argument("--solutions", type=Path, default=ROOT / "solutions", help="folder of solutions notebooks")
-    parser.add_argument("--exercises", type=Path, default=ROOT / "exercises", help="folder to write exercises into")
+    parser.add_argument("--root", type=Path, default=ROOT, help="the book's folder: solutions/, exercises/, _config.yml")
     args = parser.parse_args(argv)
+    solutions, exercises = args.root / "solutions", args.root / "exercises"
 
-    solution_paths = sorted(path for path in args.solutions.glob("*.ipynb") if _NOTEBOOK_NAME.match(path.name))
     problems: list[str] = []
-    for orphan in sorted(args.exercises.glob("*.ipynb")):
-        if not (args.solutions / orphan.name).exists():
+    for orphan in sorted(exercises.glob("*.ipynb")):
+        if not (solutions / orphan.name).exists():
             problems.append(f"{orphan}: no solutions/{orphan.name} to generate it from")
-    for solution_path in solution_paths:
+    for solution_path in sorted(path for path in solutions.glob("*.ipynb") if _NOTEBOOK_NAME.match(path.name)):
         try:
-            generated = make_exercise_notebook(nbformat.read(solution_path, as_version=4), solution_path.name)
-        except MarkerError as error:
+            generated = make_exercise_notebook(nbformat.read(solution_path, as_version=4), solution_path.name, args.root)
+        except ValueError as error:  # a MarkerError, or a header that notebook_header.py refuses
             problems.append(str(error))
             continue
-        target = args.exercises / solution_path.name
+        target = exercises / solution_path.name
         existing = nbformat.read(target, as_version=4) if target.exists() else None
-        up_to_date = existing is not None and sources(existing) == sources(generated) and is_executed(existing)
         if args.check:
             if existing is None:
                 problems.append(f"{target}: missing; run `make exercises`")
@@ -165,14 +149,20 @@ def main(argv: list[str] | None = None) -> int:
             elif not is_executed(existing):
                 problems.append(f"{target}: has code cells that never ran; run `make exercises`")
             continue
-        if up_to_date and not args.force:
+        if existing is not None and sources(existing) == sources(generated) and is_executed(existing) and not args.force:
             print(f"{target}: up to date")
             continue
-        if not args.no_execute:
-            execute(generated, args.exercises)
-        args.exercises.mkdir(parents=True, exist_ok=True)
+        exercises.mkdir(parents=True, exist_ok=True)
         nbformat.write(generated, target)
-        print(f"{target}: written{'' if args.no_execute else ' and executed'}")
+        if args.no_execute:
+            print(f"{target}: written, not executed")
+            continue
+        try:
+            execute(target, CELL_TIMEOUT)
+        except CellExecutionError as error:  # a fresh exercises notebook must run: stubs only report "not attempted"
+            problems.append(f"{target}: a cell failed when executed\n{error}")
+            continue
+        print(f"{target}: written and executed")
     for problem in problems:
         print(problem, file=sys.stderr)
     return 1 if problems else 0

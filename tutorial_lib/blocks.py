@@ -10,7 +10,7 @@ The one place where norm placement is decided is :class:`Residual`:
 from __future__ import annotations
 
 import enum
-from typing import Callable
+from collections.abc import Callable
 
 from jaxtyping import Bool, Float
 from torch import Tensor, nn

@@ -67,8 +67,9 @@ def banded_attention(
 # -------------------------------------------------------------------------------------------- linear attention
 
 
-def elu_feature_map(x: Float[Tensor, "*batch seq d_head"]) -> Float[Tensor, "*batch seq d_head"]:
-    """φ(x) = elu(x) + 1 (Katharopoulos et al. 2020, Eq. 7): positive everywhere, so every similarity is > 0."""
+def elu_feature_map(x: Float[Tensor, "*shape"]) -> Float[Tensor, "*shape"]:
+    """φ(x) = elu(x) + 1 (Katharopoulos et al. 2020, Eq. 7): positive, so every similarity is > 0. (In float32,
+    ``elu(x) + 1`` rounds to 0 below x ≈ -17: the ``eps`` of :func:`linear_attention` keeps the division finite.)"""
     return F.elu(x) + 1
 
 
@@ -138,8 +139,8 @@ def tiled_attention(
 
     For each block of queries, the key blocks are visited in turn, keeping per query a running maximum ``m``, a
     running denominator ``l`` and an un-normalised output ``acc``; both are rescaled by ``exp(m_old - m_new)`` when the
-    maximum grows, and ``acc / l`` is the answer. The largest intermediate is one tile, so memory grows with
-    ``query_pos · d`` instead of ``query_pos · key_pos``.
+    maximum grows, and ``acc / l`` is the answer. Only one tile of scores exists at a time: beyond the inputs and the
+    output (``query_pos · d``), memory is ``block_q · block_k`` per head instead of ``query_pos · key_pos``.
 
     ``mask`` (True = may attend, broadcastable to ``(..., query_pos, key_pos)``) and ``causal`` (the queries are the
     last ``query_pos`` positions of the keys, as with a KV cache) combine. Causal tiles entirely above the diagonal

@@ -107,13 +107,18 @@ def grade_notebook(path: Path, timeout: float = DEFAULT_TIMEOUT) -> NotebookGrad
     """Run ``path`` in a fresh kernel and collect the points of every exercise of its chapter(s)."""
     if not timeout > 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    notebook = nbformat.read(path, as_version=4)
-    with tempfile.TemporaryDirectory() as tmp:
-        log = Path(tmp) / "checks.jsonl"
-        env = {key: value for key, value in os.environ.items() if key != STRICT_ENV}
-        env[LOG_ENV] = str(log)
-        status = _run(notebook, path.resolve().parent, env, timeout)
-        lines = log.read_text(encoding="utf-8").splitlines() if log.exists() else []
+    try:
+        notebook = nbformat.read(path, as_version=4)
+    except (OSError, ValueError) as error:  # one unreadable submission must not stop a folder's grading
+        notebook = nbformat.v4.new_notebook()
+        status, lines = f"could not read the notebook ({type(error).__name__})", []
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            log = Path(tmp) / "checks.jsonl"
+            env = {key: value for key, value in os.environ.items() if key != STRICT_ENV}
+            env[LOG_ENV] = str(log)
+            status = _run(notebook, path.resolve().parent, env, timeout)
+            lines = log.read_text(encoding="utf-8").splitlines() if log.exists() else []
     reported: dict[str, dict] = {}
     for line in lines:
         result = json.loads(line)

@@ -136,7 +136,8 @@ class TrainHistory:
     lr: list[float] = field(default_factory=list)
     eval_steps: list[int] = field(default_factory=list)
     val_loss: list[float] = field(default_factory=list)
-    seconds: float = 0.0
+    eval_seconds: list[float] = field(default_factory=list)  # training time (evaluation excluded) at each evaluation
+    seconds: float = 0.0  # wall time of the whole run, evaluation included
 
     @property
     def final_val_loss(self) -> float:
@@ -185,7 +186,8 @@ def train(
     ``train_batches()`` / ``val_batches()`` return one batch (a tensor or a tuple of tensors) each call; batches are
     moved to ``device``. Each update: lr from the schedule, forward, backward, gradient clipping, AdamW step.
     Every ``eval_interval`` steps and at the end the validation loss is measured. ``callbacks`` get
-    ``("step", info)`` and ``("eval", info)`` events. Returns the :class:`TrainHistory`.
+    ``("step", info)`` and ``("eval", info)`` events; ``info["seconds"]`` is the training time so far, evaluation
+    excluded. Returns the :class:`TrainHistory`.
     """
     from tqdm.auto import tqdm
 
@@ -195,6 +197,7 @@ def train(
     history = TrainHistory()
     callbacks = list(callbacks)
     start = time.perf_counter()
+    evaluating = 0.0  # seconds spent measuring the validation loss, kept out of the training time
     bar = tqdm(range(start_step, cfg.max_steps), disable=not progress, desc="training", unit="step")
     for step in bar:
         lr = cfg.lr_at(step, d_model)
@@ -216,11 +219,15 @@ def train(
             for callback in callbacks:
                 callback("step", {"step": step, "loss": loss_value, "lr": lr})
         if val_batches is not None and ((step + 1) % cfg.eval_interval == 0 or last):
+            eval_start = time.perf_counter()
+            train_seconds = eval_start - start - evaluating
             val = evaluate(model, val_batches, loss_fn, cfg.eval_batches, device)
+            evaluating += time.perf_counter() - eval_start
             history.eval_steps.append(step + 1)
             history.val_loss.append(val)
+            history.eval_seconds.append(train_seconds)
             for callback in callbacks:
-                callback("eval", {"step": step + 1, "val_loss": val, "seconds": time.perf_counter() - start})
+                callback("eval", {"step": step + 1, "val_loss": val, "train_loss": loss.item(), "seconds": train_seconds})
     bar.close()
     history.seconds = time.perf_counter() - start
     return history

@@ -1,6 +1,8 @@
 """Chapter 03's exercises: scaled dot-product attention and its masks, with the mistakes learners make.
 
-Each mistake is written the way a learner would write it: the reference with exactly one thing wrong.
+Each mistake is written the way a learner would write it: the reference with exactly one thing wrong. The mistakes
+carry no annotations on purpose: under the test suite's jaxtyping hook an annotation would turn a mistake's own shape
+error into a type-check error, which is not what the learner's code raises.
 """
 
 from __future__ import annotations

@@ -110,6 +110,10 @@ class Exercise:
     ``cases`` builds the inputs from a seeded generator. ``outputs`` names what the function returns: one name for
     a single object, several for a tuple (``("out", "weights")``). ``checked`` completes "It matches the reference
     on N seeded cases: ...". ``hint`` is given for wrong values that no catalogued mistake explains.
+
+    ``call(obj, args)`` says how to run an answer on a case, for the learner's object, the reference and every
+    mistake alike (default ``obj(*args)``; a class exercise builds a module and calls it). ``tolerance`` is
+    ``(rtol, atol)`` for floating-point outputs (default: per dtype, as ``torch.testing.assert_close``).
     """
 
     id: str
@@ -120,6 +124,8 @@ class Exercise:
     hint: str
     mistakes: tuple[Mistake, ...] = ()
     outputs: tuple[str, ...] = ("the result",)
+    call: Callable[[Any, tuple[Any, ...]], Any] | None = None
+    tolerance: tuple[float, float] | None = None
     nan_hint: str = "NaN comes from 0/0, inf - inf, the square root or log of a negative number, or a softmax over -inf only."
     seed: int = 0
 
@@ -138,6 +144,9 @@ class Exercise:
 
     def make_cases(self) -> list[Case]:
         return self.cases(torch.Generator().manual_seed(self.seed))
+
+    def run(self, obj: Any, args: tuple[Any, ...]) -> Any:
+        return obj(*args) if self.call is None else self.call(obj, args)
 
 
 _REGISTRY: dict[str, Exercise] = {}
@@ -292,10 +301,10 @@ def _call_with_time_limit(fn: Callable[..., Any], args: tuple[Any, ...], seconds
     return box.get("value")
 
 
-def _run_learner(obj: Callable[..., Any], case: Case, time_limit: float) -> _Outcome:
+def _run_learner(exercise: Exercise, obj: Any, case: Case, time_limit: float) -> _Outcome:
     args = _clone(case.args)
     try:
-        return _Outcome(value=_call_with_time_limit(obj, args, time_limit), args_after=args)
+        return _Outcome(value=_call_with_time_limit(exercise.run, (obj, args), time_limit), args_after=args)
     except _TimeLimitExceeded:
         return _Outcome(timed_out=True, args_after=args)
     except KeyboardInterrupt:
@@ -304,13 +313,13 @@ def _run_learner(obj: Callable[..., Any], case: Case, time_limit: float) -> _Out
         return _Outcome(error=error, args_after=args)
 
 
-def _run_ours(fn: Callable[..., Any], case: Case) -> _Outcome:
+def _run_ours(exercise: Exercise, fn: Any, case: Case) -> _Outcome:
     """Run the reference or a catalogued mistake; a mistake may raise, and that exception is its behaviour."""
     args = _clone(case.args)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # e.g. the deprecation warning of a mistake's `k.T`
         try:
-            return _Outcome(value=fn(*args), args_after=args)
+            return _Outcome(value=exercise.run(fn, args), args_after=args)
         except Exception as error:
             return _Outcome(error=error, args_after=args)
 
@@ -343,6 +352,8 @@ def _leaves(want: Any, got: Any, name: str) -> tuple[list[tuple[str, torch.Tenso
             )
         if got.dtype != want.dtype:
             return [], _Failure("wrong_type", f"{name} has dtype {got.dtype} but should have {want.dtype}")
+        if got.device != want.device:
+            return [], _Failure("wrong_type", f"{name} is on {got.device} but should be on {want.device}, like the inputs")
         return [(name, want, got)], None
     if isinstance(want, (tuple, list)):
         if not isinstance(got, (tuple, list)) or len(got) != len(want):
@@ -379,14 +390,15 @@ def _named_leaves(exercise: Exercise, want: Any, got: Any) -> tuple[list[tuple[s
     return pairs, None
 
 
-def _close(want: torch.Tensor, got: torch.Tensor, *, equal_nan: bool) -> bool:
+def _close(want: torch.Tensor, got: torch.Tensor, tolerance: tuple[float, float] | None) -> bool:
+    """Equal, or within tolerance for floating point; NaN equals NaN (NaN where the reference has none is a verdict of its own)."""
     if want.is_floating_point() or want.is_complex():
-        rtol, atol = _TOLERANCES.get(want.dtype, (1e-5, 1e-8))
-        return torch.allclose(got, want, rtol=rtol, atol=atol, equal_nan=equal_nan)
+        rtol, atol = tolerance or _TOLERANCES.get(want.dtype, (1e-5, 1e-8))
+        return torch.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
     return torch.equal(got, want)
 
 
-def _same(a: Any, b: Any) -> bool:
+def _same(a: Any, b: Any, tolerance: tuple[float, float] | None) -> bool:
     """Same structure, types, shapes and dtypes, values within tolerance (NaN equals NaN)."""
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         return (
@@ -394,19 +406,20 @@ def _same(a: Any, b: Any) -> bool:
             and isinstance(b, torch.Tensor)
             and a.shape == b.shape
             and a.dtype == b.dtype
-            and _close(a, b, equal_nan=True)
+            and a.device == b.device
+            and _close(a, b, tolerance)
         )
     if isinstance(a, (tuple, list)) or isinstance(b, (tuple, list)):
         return (
             isinstance(a, (tuple, list))
             and isinstance(b, (tuple, list))
             and len(a) == len(b)
-            and all(_same(x, y) for x, y in zip(a, b))
+            and all(_same(x, y, tolerance) for x, y in zip(a, b))
         )
     return type(a) is type(b) and a == b
 
 
-def _same_behaviour(a: _Outcome, b: _Outcome) -> bool:
+def _same_behaviour(a: _Outcome, b: _Outcome, tolerance: tuple[float, float] | None) -> bool:
     if a.timed_out or b.timed_out:
         return False
     if a.error is not None or b.error is not None:
@@ -416,7 +429,7 @@ def _same_behaviour(a: _Outcome, b: _Outcome) -> bool:
             and type(a.error) is type(b.error)
             and str(a.error) == str(b.error)
         )
-    return _same(a.value, b.value) and _same(a.args_after, b.args_after)
+    return _same(a.value, b.value, tolerance) and _same(a.args_after, b.args_after, tolerance)
 
 
 def _compare(exercise: Exercise, case: Case, got: _Outcome, want: _Outcome) -> _Failure | None:
@@ -442,7 +455,7 @@ def _compare(exercise: Exercise, case: Case, got: _Outcome, want: _Outcome) -> _
                     "nan", f"{name} has {count} NaN value{'s' if count != 1 else ''} where the reference has none"
                 )
     for name, want_leaf, got_leaf in pairs:
-        if not _close(want_leaf, got_leaf, equal_nan=True):
+        if not _close(want_leaf, got_leaf, exercise.tolerance):
             if want_leaf.is_floating_point():
                 difference = (got_leaf - want_leaf).abs().nan_to_num(0.0).max().item()
                 return _Failure("wrong_values", f"{name} differs from the reference by up to {difference:.3g}")
@@ -500,7 +513,7 @@ def _judge(exercise: Exercise, obj: Any, time_limit: float) -> _Verdict:
     cases = exercise.make_cases()
     learner: list[_Outcome] = []
     for index, case in enumerate(cases):
-        got = _run_learner(obj, case, time_limit)
+        got = _run_learner(exercise, obj, case, time_limit)
         if index == 0 and isinstance(got.error, NotImplementedError):
             return _Verdict(
                 "not_attempted",
@@ -508,7 +521,7 @@ def _judge(exercise: Exercise, obj: Any, time_limit: float) -> _Verdict:
                 "and run both cells again.",
             )
         learner.append(got)
-        failure = _compare(exercise, case, got, _run_ours(exercise.reference, case))
+        failure = _compare(exercise, case, got, _run_ours(exercise, exercise.reference, case))
         if failure is None:
             continue
         where = f"On {case.describe()}"
@@ -536,7 +549,10 @@ def _matching_mistake(exercise: Exercise, cases: Sequence[Case], learner: Sequen
     """The first catalogued mistake that behaves like the learner on every case up to the first failure."""
     for mistake in exercise.mistakes:
         for variant in mistake.variants:
-            if all(_same_behaviour(got, _run_ours(variant, case)) for case, got in zip(cases, learner)):
+            if all(
+                _same_behaviour(got, _run_ours(exercise, variant, case), exercise.tolerance)
+                for case, got in zip(cases, learner)
+            ):
                 return mistake
     return None
 

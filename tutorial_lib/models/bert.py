@@ -16,8 +16,8 @@ Then fine-tuned with a fresh classifier (:class:`BERTForSequenceClassification`)
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 import torch.nn.functional as F

@@ -41,7 +41,7 @@ class GPTConfig:
     layer_norm_eps: float = 1e-5
     tie_embeddings: bool = True
     bias: bool = True
-    placement: NormPlacement = NormPlacement.PRE
+    placement: NormPlacement | str = NormPlacement.PRE  # a string such as "post" is converted
     fast_attention: bool = False  # True: PyTorch's fused kernel; False: the readable chapter-03 path
 
     def __post_init__(self) -> None:
@@ -52,7 +52,7 @@ class GPTConfig:
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
         if self.d_ff is None:
-            object.__setattr__(self, "d_ff", 4 * self.d_model)  # frozen: set the derived default once
+            object.__setattr__(self, "d_ff", self.default_d_ff())  # frozen: set the derived default once
         elif isinstance(self.d_ff, bool) or not isinstance(self.d_ff, int) or self.d_ff < 1:
             raise ValueError(f"d_ff must be a positive int or None, got {self.d_ff!r}")
         if not 0.0 <= self.dropout < 1.0:
@@ -63,6 +63,10 @@ class GPTConfig:
     def d_head(self) -> int:
         return self.d_model // self.n_heads
 
+    def default_d_ff(self) -> int:
+        """The feed-forward width when ``d_ff`` is not given: 4 · d_model."""
+        return 4 * self.d_model
+
     @classmethod
     def gpt2(cls, size: str = "small", **overrides) -> GPTConfig:
         """GPT-2 ``"small"`` (124M), ``"medium"`` (355M), ``"large"`` (774M) or ``"xl"`` (1558M)."""
@@ -72,6 +76,9 @@ class GPTConfig:
         return cls(**{"d_vocab": 50257, "n_ctx": 1024, "d_model": d_model, "n_heads": n_heads, "n_layers": n_layers, **overrides})
 
     def replace(self, **changes) -> GPTConfig:
+        """A copy with ``changes``; a derived ``d_ff`` is derived again from the new sizes."""
+        if "d_ff" not in changes and self.d_ff == self.default_d_ff():
+            changes["d_ff"] = None
         return dataclasses.replace(self, **changes)
 
 
@@ -80,17 +87,11 @@ class GPT(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.embed = TokenEmbedding(cfg.d_vocab, cfg.d_model)
-        self.pos_embed = LearnedPositionalEmbedding(cfg.n_ctx, cfg.d_model)
+        self.pos_embed = self.make_position_embedding(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(
-            TransformerBlock(
-                cfg.d_model, cfg.n_heads, cfg.d_ff, placement=cfg.placement, eps=cfg.layer_norm_eps,
-                activation=cfg.activation, bias=cfg.bias, dropout=cfg.dropout, fast_attention=cfg.fast_attention,
-            )
-            for _ in range(cfg.n_layers)
-        )
+        self.blocks = nn.ModuleList(self.make_block(cfg) for _ in range(cfg.n_layers))
         # Pre-norm leaves the residual stream un-normalised after the last block: one more norm before the unembedding.
-        self.ln_final = make_norm("layer", cfg.d_model, cfg.layer_norm_eps) if cfg.placement is not NormPlacement.POST else nn.Identity()
+        self.ln_final = self.make_final_norm(cfg) if cfg.placement is not NormPlacement.POST else nn.Identity()
         self.unembed = nn.Linear(cfg.d_model, cfg.d_vocab, bias=False)
         if cfg.tie_embeddings:
             self.unembed.weight = self.embed.weight  # one matrix, used twice (Press & Wolf 2017)
@@ -102,10 +103,27 @@ class GPT(nn.Module):
             raise ValueError(f"tokens must have shape (batch, seq), got {tuple(tokens.shape)}")
         offset = 0 if cache is None else cache.length
         check_sequence_fits(offset + tokens.shape[1], self.cfg.n_ctx)
-        x = self.dropout(self.embed(tokens) + self.pos_embed(tokens.shape[1], offset))
+        x = self.embed(tokens)
+        if self.pos_embed is not None:
+            x = x + self.pos_embed(tokens.shape[1], offset)
+        x = self.dropout(x)
         for i, block in enumerate(self.blocks):
             x = block(x, causal=True, cache=None if cache is None else cache[i])
         return self.unembed(self.ln_final(x))
+
+    # Construction hooks: a variant (e.g. models.llama) overrides only what it changes.
+    def make_position_embedding(self, cfg: GPTConfig) -> nn.Module | None:
+        """GPT-2's learned positions; ``None`` for a model whose attention encodes positions itself (RoPE)."""
+        return LearnedPositionalEmbedding(cfg.n_ctx, cfg.d_model)
+
+    def make_block(self, cfg: GPTConfig) -> nn.Module:
+        return TransformerBlock(
+            cfg.d_model, cfg.n_heads, cfg.d_ff, placement=cfg.placement, eps=cfg.layer_norm_eps,
+            activation=cfg.activation, bias=cfg.bias, dropout=cfg.dropout, fast_attention=cfg.fast_attention,
+        )
+
+    def make_final_norm(self, cfg: GPTConfig) -> nn.Module:
+        return make_norm("layer", cfg.d_model, cfg.layer_norm_eps)
 
     def make_kv_cache(self, batch: int, *, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> KVCache:
         """An empty cache for ``batch`` sequences of up to ``n_ctx`` positions."""
@@ -177,8 +195,11 @@ def _gpt2_key_map(hf: dict[str, Tensor], cfg: GPTConfig) -> dict[str, Tensor]:
             out[ours + f"{residual}.norm.bias"] = take(h + f"{ln}.bias", (d,))
     out["ln_final.weight"] = take("ln_f.weight", (d,))
     out["ln_final.bias"] = take("ln_f.bias", (d,))
-    if "lm_head.weight" in hf:  # tied in GPT-2: the same matrix as wte
+    if "lm_head.weight" in hf:
         out["unembed.weight"] = take("lm_head.weight", (cfg.d_vocab, d))
+        # GPT-2 ties lm_head to wte; loading two different matrices into one tied parameter would silently drop one.
+        if cfg.tie_embeddings and not torch.equal(out["unembed.weight"], out["embed.weight"]):
+            raise ValueError("cfg.tie_embeddings is True but lm_head.weight differs from wte.weight")
     elif not cfg.tie_embeddings:
         raise KeyError("GPT-2 state dict has no 'lm_head.weight' but cfg.tie_embeddings is False")
     else:

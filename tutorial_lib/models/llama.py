@@ -18,13 +18,10 @@ import math
 from dataclasses import dataclass
 
 import torch
-from jaxtyping import Float, Int
-from torch import Tensor, nn
+from torch import Tensor
 
-from tutorial_lib.blocks import NormPlacement, TransformerBlock
-from tutorial_lib.embeddings import check_sequence_fits
-from tutorial_lib.kv_cache import KVCache
-from tutorial_lib.models.gpt import GPT, GPTConfig, gpt2_init_
+from tutorial_lib.blocks import TransformerBlock
+from tutorial_lib.models.gpt import GPT, GPTConfig
 from tutorial_lib.normalization import RMSNorm
 from tutorial_lib.rope import RotaryMultiHeadAttention
 
@@ -56,9 +53,12 @@ class LlamaConfig(GPTConfig):
     rope_base: float = 10000.0
     multiple_of: int = 32  # LLaMA used 256 (for d_model ≥ 4096); 32 keeps d_ff ≈ 8/3·d_model for small models
 
+    def default_d_ff(self) -> int:
+        return llama_d_ff(self.d_model, self.multiple_of)  # also validates multiple_of
+
     def __post_init__(self) -> None:
-        if self.d_ff is None:
-            object.__setattr__(self, "d_ff", llama_d_ff(self.d_model, self.multiple_of))
+        if isinstance(self.multiple_of, bool) or not isinstance(self.multiple_of, int) or self.multiple_of < 1:
+            raise ValueError(f"multiple_of must be a positive int, got {self.multiple_of!r}")
         if not self.rope_base > 1.0:
             raise ValueError(f"rope_base must be > 1, got {self.rope_base!r}")
         super().__post_init__()
@@ -87,22 +87,15 @@ class Llama(GPT):
         if not isinstance(cfg, LlamaConfig):
             raise ValueError(f"cfg must be a LlamaConfig, got {type(cfg).__name__}")
         super().__init__(cfg)
-        # GPT's constructor built what a GPT has; replace what LLaMA changes, then initialise again (same scheme).
-        del self.pos_embed  # 1. positions enter through RoPE, inside attention
-        self.blocks = nn.ModuleList(LlamaBlock(cfg) for _ in range(cfg.n_layers))  # 2.-4.
-        self.ln_final = RMSNorm(cfg.d_model, cfg.layer_norm_eps) if cfg.placement is not NormPlacement.POST else nn.Identity()
-        gpt2_init_(self)
 
-    def forward(self, tokens: Int[Tensor, "batch seq"], cache: KVCache | None = None) -> Float[Tensor, "batch seq d_vocab"]:
-        """Logits for the next token at every position. With ``cache``, ``tokens`` continue the cached positions."""
-        if tokens.dim() != 2:
-            raise ValueError(f"tokens must have shape (batch, seq), got {tuple(tokens.shape)}")
-        offset = 0 if cache is None else cache.length
-        check_sequence_fits(offset + tokens.shape[1], self.cfg.n_ctx)
-        x = self.dropout(self.embed(tokens))  # no position embedding: the blocks' attention rotates q and k
-        for i, block in enumerate(self.blocks):
-            x = block(x, causal=True, cache=None if cache is None else cache[i])
-        return self.unembed(self.ln_final(x))
+    def make_position_embedding(self, cfg: LlamaConfig) -> None:
+        return None  # 1. positions enter through RoPE, inside attention
+
+    def make_block(self, cfg: LlamaConfig) -> LlamaBlock:
+        return LlamaBlock(cfg)  # 2.-4.
+
+    def make_final_norm(self, cfg: LlamaConfig) -> RMSNorm:
+        return RMSNorm(cfg.d_model, cfg.layer_norm_eps)
 
     @classmethod
     def from_hf_llama_state_dict(cls, state_dict: dict[str, Tensor], cfg: LlamaConfig) -> Llama:

@@ -12,7 +12,6 @@ import ipywidgets as widgets
 import matplotlib
 import numpy as np
 import torch
-from IPython.display import display
 from jaxtyping import Bool, Float
 from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
@@ -25,7 +24,7 @@ from tutorial_lib.attention import (
     scaled_dot_product_attention,
     sliding_window_mask,
 )
-from tutorial_lib.widgets._plotting import new_figure
+from tutorial_lib.widgets._plotting import figure_png, new_figure
 
 MASK_KINDS = ("causal", "padding", "causal + padding", "sliding window", "bidirectional")
 
@@ -103,7 +102,8 @@ def mask_explorer_widget(
     seq_len_slider = widgets.IntSlider(value=seq_len, min=2, max=16, description="seq_len")
     window_slider = widgets.IntSlider(value=window, min=1, max=16, description="window")
     length_slider = widgets.IntSlider(value=length, min=0, max=seq_len, description="length")
-    output = widgets.Output()
+    # An image, not an Output widget: its PNG lives in the widget state, so the book and nbval see no side output.
+    image = widgets.Image(format="png")
 
     def redraw(_change=None) -> None:
         # A padded sequence cannot be longer than seq_len; the unused sliders are greyed out.
@@ -112,15 +112,13 @@ def mask_explorer_widget(
         length_slider.disabled = "padding" not in kind_menu.value
         mask = build_mask(kind_menu.value, seq_len_slider.value, window=window_slider.value, length=length_slider.value)
         fig, axes = new_figure(2, 1, figsize=(3.2, 5.6), squeeze=False)
-        image = _draw(axes[:, 0], kind_menu.value, mask, masked_attention_weights(mask, seed=seed))
+        heatmap = _draw(axes[:, 0], kind_menu.value, mask, masked_attention_weights(mask, seed=seed))
         axes[0, 0].set_ylabel("mask: query_pos")
         axes[1, 0].set_ylabel("weights: query_pos")
-        fig.colorbar(image, ax=axes[1, 0], shrink=0.8)
-        with output:
-            output.clear_output(wait=True)
-            display(fig)
+        fig.colorbar(heatmap, ax=axes[1, 0], shrink=0.8)
+        image.value = figure_png(fig)
 
     for control in (kind_menu, seq_len_slider, window_slider, length_slider):
         control.observe(redraw, names="value")
     redraw()
-    return widgets.VBox([kind_menu, seq_len_slider, window_slider, length_slider, output])
+    return widgets.VBox([kind_menu, seq_len_slider, window_slider, length_slider, image])

@@ -13,12 +13,11 @@ from dataclasses import dataclass
 
 import ipywidgets as widgets
 import torch
-from IPython.display import display
 from jaxtyping import Float
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from tutorial_lib.widgets._plotting import new_figure
+from tutorial_lib.widgets._plotting import figure_png, new_figure
 
 
 @dataclass(frozen=True)
@@ -163,7 +162,8 @@ def softmax_saturation_widget(d_head: int = 512, scaled: bool = False, *, n_keys
     scaled_toggle = widgets.ToggleButtons(
         options=[("q·k (unscaled)", False), ("q·k / √d_k (scaled)", True)], value=scaled, description="scores"
     )
-    output = widgets.Output()
+    # An image, not an Output widget: its PNG lives in the widget state, so the book and nbval see no side output.
+    image = widgets.Image(format="png")
 
     def redraw(_change=None) -> None:
         stats = saturation(d_head_slider.value, scaled=scaled_toggle.value, n_keys=n_keys, seed=seed)
@@ -171,11 +171,9 @@ def softmax_saturation_widget(d_head: int = 512, scaled: bool = False, *, n_keys
         label = "scaled" if scaled_toggle.value else "unscaled"
         _draw_distribution(ax, stats, f"one query's attention weights ({label}, d_k = {d_head_slider.value})")
         ax.set(xlabel="key position", ylabel="attention weight")
-        with output:
-            output.clear_output(wait=True)
-            display(fig)
+        image.value = figure_png(fig)
 
     d_head_slider.observe(redraw, names="value")
     scaled_toggle.observe(redraw, names="value")
     redraw()
-    return widgets.VBox([d_head_slider, scaled_toggle, output])
+    return widgets.VBox([d_head_slider, scaled_toggle, image])

@@ -1,0 +1,249 @@
+"""Efficient attention (chapter 13) against references written here: explicit per-query loops, the quadratic form of
+linear attention, PyTorch's softmax and the chapter-03 attention; and a measurement of what tiled attention allocates."""
+
+from __future__ import annotations
+
+import contextlib
+
+import jaxtyping
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+from tutorial_lib.attention import causal_mask, padding_mask, scaled_dot_product_attention
+from tutorial_lib.efficient_attention import (
+    banded_attention,
+    elu_feature_map,
+    linear_attention,
+    online_softmax,
+    sliding_window_attention,
+    tiled_attention,
+)
+
+
+@contextlib.contextmanager
+def _without_annotation_checks():
+    """The ValueErrors a notebook reader sees, where jaxtyping's run-time checks (on in this suite) are off."""
+    jaxtyping.config.update("jaxtyping_disable", True)
+    try:
+        yield
+    finally:
+        jaxtyping.config.update("jaxtyping_disable", False)
+
+
+def _qkv(*batch: int, n_query: int, n_key: int, d_head: int = 8, d_value: int = 6, seed: int = 0, requires_grad: bool = False):
+    g = torch.Generator().manual_seed(seed)
+    shapes = [(*batch, n_query, d_head), (*batch, n_key, d_head), (*batch, n_key, d_value)]
+    return [torch.randn(*shape, generator=g).requires_grad_(requires_grad) for shape in shapes]
+
+
+class _LargestTensor(TorchFunctionMode):
+    """Records the largest storage (in elements) behind any tensor a torch function returns. Views share their
+    base's storage, so a broadcast ``expand`` counts as the small tensor it really is."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.largest = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for tensor in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(tensor, torch.Tensor):
+                self.largest = max(self.largest, tensor.untyped_storage().nbytes() // tensor.element_size())
+        return out
+
+
+# ---------------------------------------------------------------------------------------------- sliding window
+
+
+def _sliding_window_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int) -> torch.Tensor:
+    """One query at a time, over its own keys t - window + 1 .. t, with PyTorch's attention."""
+    rows = []
+    for t in range(q.shape[-2]):
+        lo = max(0, t - window + 1)
+        rows.append(F.scaled_dot_product_attention(q[..., t : t + 1, :], k[..., lo : t + 1, :], v[..., lo : t + 1, :]))
+    return torch.cat(rows, dim=-2)
+
+
+@pytest.mark.parametrize("window", [1, 3, 8, 40])
+def test_sliding_window_matches_per_query_reference(window: int) -> None:
+    q, k, v = _qkv(2, 3, n_query=21, n_key=21)
+    expected = _sliding_window_reference(q, k, v, window)
+    torch.testing.assert_close(sliding_window_attention(q, k, v, window), expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(sliding_window_attention(q, k, v, window, fast=True), expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(banded_attention(q, k, v, window), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_banded_attention_computes_only_the_band() -> None:
+    q, k, v = _qkv(1, 2, n_query=256, n_key=256, d_head=4, d_value=4)
+    full_scores = 2 * 256 * 256
+    with _LargestTensor() as banded:
+        banded_attention(q, k, v, 8)
+    with _LargestTensor() as masked:
+        sliding_window_attention(q, k, v, 8)
+    assert masked.largest >= full_scores  # the masked version builds every score (and the recorder sees it)
+    assert banded.largest <= 2 * 256 * 8 * 4  # the band of keys per query: seq · window · d_head
+
+
+# --------------------------------------------------------------------------------------------- linear attention
+
+
+def _quadratic_linear_attention(q, k, v, causal: bool, eps: float = 1e-6) -> torch.Tensor:
+    """The same kernel written as attention: sim(q_i, k_j) = φ(q_i)·φ(k_j), normalised over the visible keys."""
+    sim = elu_feature_map(q) @ elu_feature_map(k).transpose(-2, -1)
+    if causal:
+        sim = sim * torch.ones(q.shape[-2], k.shape[-2]).tril()
+    return sim @ v / (sim.sum(dim=-1, keepdim=True) + eps)
+
+
+def test_feature_map_is_elu_plus_one_and_positive() -> None:
+    x = torch.linspace(-10, 5, 50)
+    torch.testing.assert_close(elu_feature_map(x), torch.where(x > 0, x + 1, torch.exp(x)))
+    assert torch.all(elu_feature_map(x) > 0)
+
+
+def test_linear_attention_stays_finite_when_the_features_underflow() -> None:
+    q, k, v = _qkv(1, n_query=4, n_key=4)
+    q = torch.full_like(q, -50.0)  # φ(q) rounds to 0 in float32: 0 / 0 without eps
+    assert torch.equal(linear_attention(q, k, v), torch.zeros(1, 4, 6))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_linear_attention_matches_quadratic_formula(causal: bool) -> None:
+    q, k, v = _qkv(2, 3, n_query=17, n_key=17, seed=1)
+    torch.testing.assert_close(linear_attention(q, k, v, causal=causal), _quadratic_linear_attention(q, k, v, causal), atol=1e-5, rtol=1e-5)
+
+
+def test_linear_attention_cross_lengths_and_causality() -> None:
+    q, k, v = _qkv(2, n_query=5, n_key=9, seed=2)
+    torch.testing.assert_close(linear_attention(q, k, v), _quadratic_linear_attention(q, k, v, False), atol=1e-5, rtol=1e-5)
+    q, k, v = _qkv(1, n_query=10, n_key=10, seed=3)
+    future = v.clone()
+    future[:, 6:] += 1.0  # changing the future changes nothing before it
+    torch.testing.assert_close(linear_attention(q, k, future, causal=True)[:, :6], linear_attention(q, k, v, causal=True)[:, :6])
+
+
+def test_linear_attention_is_not_softmax_attention() -> None:
+    q, k, v = _qkv(1, n_query=10, n_key=10, seed=4)
+    assert not torch.allclose(linear_attention(q, k, v), scaled_dot_product_attention(q, k, v)[0], atol=1e-2)
+
+
+# ------------------------------------------------------------------------------- online softmax, tiled attention
+
+
+@pytest.mark.parametrize("block_size", [1, 4, 7, 100])
+def test_online_softmax_equals_softmax(block_size: int) -> None:
+    x = torch.randn(3, 37, generator=torch.Generator().manual_seed(5)) * 10
+    x[0] += 1000.0  # exp would overflow without the running maximum
+    out = online_softmax(x, block_size)
+    torch.testing.assert_close(out, torch.softmax(x, dim=-1), atol=1e-6, rtol=1e-5)
+
+
+BLOCKS = [(1, 1), (3, 5), (8, 8), (16, 4), (64, 64)]
+
+
+@pytest.mark.parametrize("block_q, block_k", BLOCKS)
+def test_tiled_attention_equals_naive(block_q: int, block_k: int) -> None:
+    q, k, v = _qkv(2, 3, n_query=23, n_key=31)  # lengths that no block size divides
+    expected = scaled_dot_product_attention(q, k, v)[0]
+    torch.testing.assert_close(tiled_attention(q, k, v, block_q=block_q, block_k=block_k), expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("block_q, block_k", BLOCKS)
+@pytest.mark.parametrize("n_query", [29, 6, 1])  # training (square), a chunk after a cache, one decoding step
+def test_tiled_attention_causal(block_q: int, block_k: int, n_query: int) -> None:
+    q, k, v = _qkv(2, 3, n_query=n_query, n_key=29, seed=6)
+    expected = scaled_dot_product_attention(q, k, v, causal_mask(n_query, n_past=29 - n_query))[0]
+    out = tiled_attention(q, k, v, causal=True, block_q=block_q, block_k=block_k)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("block_q, block_k", BLOCKS)
+def test_tiled_attention_with_masks(block_q: int, block_k: int) -> None:
+    q, k, v = _qkv(3, 2, n_query=19, n_key=19, seed=7)
+    padding = padding_mask(torch.tensor([19, 11, 4]), 19)[:, None]  # (batch, 1, 1, key_pos): every head, every query
+    torch.testing.assert_close(
+        tiled_attention(q, k, v, padding, block_q=block_q, block_k=block_k),
+        scaled_dot_product_attention(q, k, v, padding)[0], atol=1e-5, rtol=1e-5,
+    )
+    combined = padding & causal_mask(19)
+    torch.testing.assert_close(
+        tiled_attention(q, k, v, padding, causal=True, block_q=block_q, block_k=block_k),
+        scaled_dot_product_attention(q, k, v, combined)[0], atol=1e-5, rtol=1e-5,
+    )
+    random_mask = torch.rand(3, 2, 19, 19, generator=torch.Generator().manual_seed(8)) < 0.3
+    random_mask[0, 0, 5] = False  # a query that sees no key: zeros, not NaN, as in chapter 03
+    out = tiled_attention(q, k, v, random_mask, block_q=block_q, block_k=block_k)
+    torch.testing.assert_close(out, scaled_dot_product_attention(q, k, v, random_mask)[0], atol=1e-5, rtol=1e-5)
+    assert torch.equal(out[0, 0, 5], torch.zeros(6))
+
+
+def test_tiled_attention_gradients_equal_naive() -> None:
+    q, k, v = _qkv(2, n_query=13, n_key=13, seed=9, requires_grad=True)
+    weights = torch.randn(2, 13, 6, generator=torch.Generator().manual_seed(10))
+    (tiled_attention(q, k, v, causal=True, block_q=4, block_k=3) * weights).sum().backward()
+    tiled_grads = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    (scaled_dot_product_attention(q, k, v, causal_mask(13))[0] * weights).sum().backward()
+    for tiled_grad, t in zip(tiled_grads, (q, k, v)):
+        torch.testing.assert_close(tiled_grad, t.grad, atol=1e-5, rtol=1e-5)
+
+
+def test_tiled_attention_never_materialises_the_score_matrix() -> None:
+    q, k, v = _qkv(2, 2, n_query=96, n_key=128, d_head=8, d_value=8)
+    full_scores = 2 * 2 * 96 * 128
+    padding = padding_mask(torch.tensor([128, 70]), 128)[:, None]
+    with _LargestTensor() as naive:
+        scaled_dot_product_attention(q, k, v, padding)
+    with _LargestTensor() as tiled:
+        tiled_attention(q, k, v, padding, causal=True, block_q=16, block_k=16)
+    assert naive.largest >= full_scores  # the recorder sees the matrix when it exists
+    # Nothing larger than the inputs and output (query_pos · d per head) is ever allocated.
+    assert tiled.largest <= max(q.numel(), k.numel(), v.numel())
+    assert tiled.largest < full_scores / 4
+
+
+class _CountMatmuls(TorchFunctionMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.count += getattr(func, "__name__", "") == "matmul"  # `a @ b` and torch.matmul alike
+        return func(*args, **(kwargs or {}))
+
+
+def test_tiled_attention_skips_tiles_above_the_diagonal() -> None:
+    q, k, v = _qkv(1, n_query=32, n_key=32)
+    with _CountMatmuls() as full:
+        tiled_attention(q, k, v, block_q=8, block_k=8)
+    with _CountMatmuls() as causal:
+        tiled_attention(q, k, v, causal=True, block_q=8, block_k=8)
+    assert full.count == 2 * 4 * 4  # two products (scores, then weights · values) per tile, 4 × 4 tiles
+    assert causal.count == 2 * (1 + 2 + 3 + 4)  # only the tiles on or below the diagonal
+
+
+def test_bad_input_raises() -> None:
+    q, k, v = _qkv(1, n_query=4, n_key=6)
+    for name in ("block_q", "block_k"):
+        with pytest.raises(ValueError, match=name):
+            tiled_attention(q, k, v, **{name: 0})
+    with pytest.raises(ValueError, match="query_pos <= key_pos"):
+        tiled_attention(k, q, q[..., :6], causal=True)
+    with _without_annotation_checks(), pytest.raises(ValueError, match="mask must be a bool"):
+        tiled_attention(q, k, v, torch.ones(4, 6))
+    with pytest.raises(ValueError, match="block_size"):
+        online_softmax(torch.zeros(3), 0)
+    with pytest.raises(ValueError, match="query_pos == key_pos"):
+        linear_attention(q, k, v, causal=True)
+    with pytest.raises(ValueError, match="eps"):
+        linear_attention(q, k, v, eps=-1.0)
+    square_q, square_k, square_v = _qkv(1, n_query=5, n_key=5)
+    with pytest.raises(ValueError, match="window"):
+        banded_attention(square_q, square_k, square_v, 0)
+    with pytest.raises(ValueError, match="window"):
+        sliding_window_attention(square_q, square_k, square_v, 0)
+    with _without_annotation_checks(), pytest.raises(ValueError, match="as many queries as keys"):
+        banded_attention(q, k, v, 2)

@@ -1,0 +1,399 @@
+"""Chapter 08's exercises: counting a GPT's parameters, GPT-2's initialisation and the forward pass.
+
+The three exercises take a model, whose ``repr`` is pages long, so each case holds a :class:`_Model`: a short
+description and a function that builds the model afresh for every call (the learner's, the reference's, and every
+catalogued mistake's), seeded, so all of them see the same weights and no call sees another's changes.
+
+Each mistake is written the way a learner would write it: the reference with exactly one thing wrong. The mistakes
+carry no annotations on purpose (see ``ch03.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from tutorial_lib.counting import count_parameters
+from tutorial_lib.embeddings import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, TokenEmbedding
+from tutorial_lib.checks.core import Case, Exercise, Mistake, register
+from tutorial_lib.models.gpt import GPT, GPTConfig, gpt2_init_
+from tutorial_lib.normalization import LayerNorm
+
+TINY = GPTConfig(d_vocab=50, n_ctx=16, d_model=32, n_heads=4, n_layers=2)
+
+
+@dataclass(frozen=True)
+class _Model:
+    """A model built on demand: ``build()`` gives a fresh one each time; verdicts show ``<description>``."""
+
+    description: str
+    make: Callable[[], nn.Module]
+    seed: int = 0
+
+    def build(self) -> nn.Module:
+        with torch.random.fork_rng(devices=[]):  # the caller's random state is left as it was
+            torch.manual_seed(self.seed)
+            return self.make()
+
+    def __repr__(self) -> str:
+        return f"<{self.description}>"
+
+
+def _describe(cfg: GPTConfig) -> str:
+    tying = "tied embeddings" if cfg.tie_embeddings else "untied unembedding"
+    biases = "" if cfg.bias else ", no biases"
+    return (
+        f"a GPT with d_vocab={cfg.d_vocab}, n_ctx={cfg.n_ctx}, d_model={cfg.d_model}, n_heads={cfg.n_heads}, "
+        f"n_layers={cfg.n_layers}, {tying}{biases}"
+    )
+
+
+def _gpt_case(cfg: GPTConfig, seed: int = 0) -> _Model:
+    return _Model(_describe(cfg), lambda: GPT(cfg).eval(), seed)
+
+
+# --- 08.count_parameters ----------------------------------------------------------------------------------------------
+
+
+def _frozen_embedding_and_buffers() -> nn.Module:
+    model = nn.ModuleDict({
+        "embed": nn.Embedding(20, 8),
+        "positions": SinusoidalPositionalEncoding(16, 8),  # a buffer that is not saved (persistent=False)
+        "norm": nn.BatchNorm1d(8),  # running mean and variance: buffers that are saved in the state_dict
+        "head": nn.Linear(8, 5),
+    })
+    model["embed"].weight.requires_grad_(False)  # frozen, as pretrained embeddings often are
+    return model
+
+
+def _gpt2_small_on_meta() -> nn.Module:
+    with torch.device("meta"):  # shapes without memory
+        return GPT(GPTConfig.gpt2("small"))
+
+
+def _count_cases(generator: torch.Generator) -> list[Case]:
+    return [
+        Case.of(model=_Model(
+            "a frozen nn.Embedding, sinusoidal positions (a buffer), a BatchNorm1d (more buffers) and a Linear head",
+            _frozen_embedding_and_buffers,
+        )),
+        Case.of(model=_gpt_case(TINY)),
+        Case.of(model=_gpt_case(TINY.replace(tie_embeddings=False, n_layers=3))),
+        Case.of(model=_Model("GPT-2 small on the meta device", _gpt2_small_on_meta)),
+    ]
+
+
+def _count_call(obj, args):
+    return obj(args[0].build())
+
+
+def _summed_state_dict(model):
+    return sum(tensor.numel() for tensor in model.state_dict().values())
+
+
+def _named_parameters_with_repeats(model):
+    return sum(p.numel() for _, p in model.named_parameters(remove_duplicate=False))
+
+
+def _per_module(model):
+    return sum(p.numel() for module in model.modules() for p in module.parameters(recurse=False))
+
+
+def _with_buffers(model):
+    return sum(p.numel() for p in model.parameters()) + sum(b.numel() for b in model.buffers())
+
+
+def _trainable_only(model):
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def _number_of_tensors(model):
+    return len(list(model.parameters()))
+
+
+COUNT_PARAMETERS = Exercise(
+    id="08.count_parameters",
+    reference=count_parameters,
+    cases=_count_cases,
+    points=1,
+    call=_count_call,
+    outputs=("the count",),
+    checked=(
+        "a module with a frozen embedding and buffers, GPTs with tied and untied embeddings, and GPT-2 small on the "
+        "meta device (124,439,808 parameters)"
+    ),
+    hint=(
+        "add up `p.numel()` over `model.parameters()`: it yields every parameter once, frozen or not, a tied matrix "
+        "included only once, and no buffers."
+    ),
+    mistakes=(
+        Mistake("summed_state_dict", "summed over `model.state_dict()`",
+                "The state dict lists a tied matrix under each of its names and holds buffers (BatchNorm's running "
+                "statistics) that are not parameters: sum over `model.parameters()` instead.",
+                (_summed_state_dict,)),
+        Mistake("counted_tied_matrix_twice", "counted the tied embedding matrix twice",
+                "`model.parameters()` (and `named_parameters()` with its default `remove_duplicate=True`) yields "
+                "a parameter shared by two modules once; going module by module, or with "
+                "`remove_duplicate=False`, counts it for each module that holds it.",
+                (_named_parameters_with_repeats, _per_module)),
+        Mistake("counted_buffers", "counted the buffers as well",
+                "Buffers (`model.buffers()`: BatchNorm's running statistics, a fixed sinusoidal table) are state, "
+                "not parameters: nothing trains them. Count `model.parameters()` only.", (_with_buffers,)),
+        Mistake("trainable_only", "counted only the parameters that require gradients",
+                "A frozen parameter (`requires_grad=False`) is still a parameter of the model: count every one.",
+                (_trainable_only,)),
+        Mistake("counted_tensors", "counted the parameter tensors instead of the numbers in them",
+                "`len(list(model.parameters()))` is the number of tensors; add up `p.numel()`.",
+                (_number_of_tensors,)),
+    ),
+)
+
+
+# --- 08.gpt2_init ---------------------------------------------------------------------------------------------------
+
+
+def _pytorch_defaults_(model: nn.Module) -> None:
+    """Replace the GPT-2 initialisation that ``GPT()`` applied by PyTorch's defaults (``nn.Embedding``'s N(0, 1))."""
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            module.reset_parameters()
+        elif isinstance(module, (TokenEmbedding, LearnedPositionalEmbedding)):
+            nn.init.normal_(module.weight)
+
+
+def _rms(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """Root mean square of each tensor, float64: the std of a zero-mean initialisation, 0 for zeros, 1 for ones."""
+    return torch.tensor([t.detach().double().pow(2).mean().sqrt().item() for t in tensors], dtype=torch.float64)
+
+
+INIT_OUTPUTS = (
+    "the token embedding's RMS",
+    "the position embedding's RMS",
+    "the RMS of W^Q, W^K, W^V",
+    "the RMS of W^O",
+    "the RMS of the FFN's first matrix",
+    "the RMS of the FFN's second matrix",
+    "the biases' RMS",
+    "the norm weights' RMS",
+    "the unembedding's RMS",
+)
+
+
+def _init_summary(model: GPT) -> tuple[torch.Tensor, ...]:
+    """One tensor per kind of parameter (one value per layer for the blocks), in the order of ``INIT_OUTPUTS``."""
+    blocks = list(model.blocks)
+    return (
+        _rms([model.embed.weight]),
+        _rms([model.pos_embed.weight]),
+        _rms([getattr(b.attn, name).weight for b in blocks for name in ("q_proj", "k_proj", "v_proj")]).view(-1, 3),
+        _rms([b.attn.out_proj.weight for b in blocks]),
+        _rms([b.ffn.up.weight for b in blocks]),
+        _rms([b.ffn.down.weight for b in blocks]),
+        _rms([p for name, p in model.named_parameters() if name.endswith(".bias")]),
+        _rms([m.weight for m in model.modules() if isinstance(m, LayerNorm)]),
+        _rms([model.unembed.weight]),
+    )
+
+
+def _init_cases(generator: torch.Generator) -> list[Case]:
+    # d_model = 64: the smallest matrix has 2,048 entries, so a correct answer's RMS is within ~2% of its std
+    # (sampling error 1/√(2n)) and the 10% tolerance is never reached, while 1/√n_layers and 1/√(2·n_layers) differ by 41%.
+    cfg = GPTConfig(d_vocab=100, n_ctx=32, d_model=64, n_heads=4, n_layers=4)
+    return [
+        Case.of(model=_gpt_case(cfg)),
+        Case.of(model=_gpt_case(cfg.replace(n_layers=2, tie_embeddings=False), seed=1)),
+        Case.of(model=_gpt_case(cfg.replace(n_layers=6, bias=False), seed=2)),
+    ]
+
+
+def _init_call(obj, args):
+    spec = args[0]
+    model = spec.build()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(spec.seed)
+        _pytorch_defaults_(model)
+        torch.manual_seed(spec.seed + 1)
+        obj(model)
+    return _init_summary(model)
+
+
+def _gpt2_init_like(*, residual_std=lambda n_layers: 0.02 / math.sqrt(2 * n_layers), residual_layers=("out_proj", "down"),
+                    every_linear=False, zero_biases=True, embeddings=(TokenEmbedding, LearnedPositionalEmbedding)):
+    """A learner's GPT-2 initialisation; each keyword reproduces one way of getting it wrong."""
+
+    def gpt2_init_(model):
+        std = residual_std(model.cfg.n_layers)
+        for module in model.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, std=std if every_linear else 0.02)
+                if module.bias is not None and zero_biases:
+                    nn.init.zeros_(module.bias)
+            elif embeddings and isinstance(module, embeddings):
+                nn.init.normal_(module.weight, std=0.02)
+        if not every_linear:
+            for block in model.blocks:
+                for name in residual_layers:
+                    layer = block.attn.out_proj if name == "out_proj" else getattr(block.ffn, name)
+                    nn.init.normal_(layer.weight, std=std)
+
+    return gpt2_init_
+
+
+GPT2_INIT = Exercise(
+    id="08.gpt2_init",
+    reference=gpt2_init_,
+    cases=_init_cases,
+    points=2,
+    call=_init_call,
+    outputs=INIT_OUTPUTS,
+    tolerance=(0.1, 1e-4),  # RMS of random draws: 10% is ≥ 5 sampling standard errors, yet far from every mistake
+    checked=(
+        "tied and untied GPTs of 2, 4 and 6 layers, one without biases: N(0, 0.02) embeddings and weights, "
+        "W^O and the FFN's second matrix at 0.02/√(2·n_layers), zero biases, unit norms (each measured as the RMS "
+        "of the parameter after your call, starting from PyTorch's default initialisation)"
+    ),
+    hint=(
+        "every nn.Linear weight and both embedding tables ~ N(0, 0.02²), every bias zero; then redraw each block's "
+        "`attn.out_proj.weight` and `ffn.down.weight` with std 0.02 / √(2 · model.cfg.n_layers)."
+    ),
+    mistakes=(
+        Mistake("no_residual_scaling", "forgot to scale the residual projections",
+                "GPT-2 draws W^O and the FFN's second matrix with std 0.02/√(2·n_layers), so the 2·n_layers "
+                "branches that add to the residual stream sum to a variance that does not grow with depth.",
+                (_gpt2_init_like(residual_std=lambda n_layers: 0.02),)),
+        Mistake("scaled_by_sqrt_n_layers", "scaled by 1/√n_layers instead of 1/√(2·n_layers)",
+                "Each block adds *two* branches to the residual stream (attention and feed-forward): N = "
+                "2·n_layers residual layers, std 0.02/√(2·n_layers).",
+                (_gpt2_init_like(residual_std=lambda n_layers: 0.02 / math.sqrt(n_layers)),)),
+        Mistake("forgot_square_root", "divided the std by 2·n_layers instead of its square root",
+                "Scaling the *variance* by 1/N means scaling the std by 1/√N: `0.02 / math.sqrt(2 * n_layers)`.",
+                (_gpt2_init_like(residual_std=lambda n_layers: 0.02 / (2 * n_layers)),)),
+        Mistake("scaled_every_linear", "scaled every linear layer's weights, not only the residual projections",
+                "Only the two matrices that write into the residual stream, `attn.out_proj` and `ffn.down`, get "
+                "0.02/√(2·n_layers); every other weight keeps std 0.02.", (_gpt2_init_like(every_linear=True),)),
+        Mistake("scaled_ffn_up", "scaled the FFN's first matrix instead of its second",
+                "The FFN writes into the residual stream through its *second* matrix, `ffn.down` (W_2): that one, "
+                "with `attn.out_proj`, gets the smaller std.", (_gpt2_init_like(residual_layers=("out_proj", "up")),)),
+        Mistake("biases_not_zeroed", "left the biases at PyTorch's default values",
+                "GPT-2 starts every bias at zero: `nn.init.zeros_(module.bias)` when `module.bias is not None`.",
+                (_gpt2_init_like(zero_biases=False),)),
+        Mistake("embeddings_not_initialised", "left an embedding table at its previous values",
+                "The package's `TokenEmbedding` and `LearnedPositionalEmbedding` are not `nn.Embedding`s: test for "
+                "them (or reach them as `model.embed` and `model.pos_embed`) and draw both with std 0.02.",
+                (_gpt2_init_like(embeddings=(nn.Embedding,)), _gpt2_init_like(embeddings=()))),
+    ),
+)
+
+
+# --- 08.gpt_forward -------------------------------------------------------------------------------------------------
+
+
+def _randomised(cfg: GPTConfig) -> Callable[[], nn.Module]:
+    """A GPT whose every parameter, biases and norms included, is redrawn, so that each part changes the logits."""
+
+    def make() -> nn.Module:
+        model = GPT(cfg).eval()
+        with torch.no_grad():
+            for module in model.modules():
+                if isinstance(module, LayerNorm):
+                    module.weight.normal_(1.0, 0.2)
+                    module.bias.normal_(0.0, 0.2)
+                else:
+                    for p in module.parameters(recurse=False):
+                        p.normal_(0.0, 0.2)
+        return model
+
+    return make
+
+
+def _forward_cases(generator: torch.Generator) -> list[Case]:
+    untied = TINY.replace(n_layers=3, tie_embeddings=False)
+    return [
+        Case.of(model=_Model(_describe(TINY), _randomised(TINY)),
+                tokens=torch.randint(0, TINY.d_vocab, (2, TINY.n_ctx), generator=generator), note="a full context"),
+        Case.of(model=_Model(_describe(TINY), _randomised(TINY), seed=1),
+                tokens=torch.randint(0, TINY.d_vocab, (3, 5), generator=generator), note="a shorter sequence"),
+        Case.of(model=_Model(_describe(untied), _randomised(untied), seed=2),
+                tokens=torch.randint(0, TINY.d_vocab, (1, 9), generator=generator)),
+    ]
+
+
+def _forward_call(obj, args):
+    model, tokens = args[0].build(), args[1]
+    with torch.no_grad():
+        return obj(model, tokens)
+
+
+def _gpt_forward_like(*, scale=False, positions="before", causal=True, final_norm=True, output="logits"):
+    """A learner's forward pass; each keyword reproduces one way of getting it wrong."""
+
+    def gpt_forward(model, tokens):
+        x = model.embed(tokens)
+        if scale:
+            x = x * math.sqrt(model.cfg.d_model)
+        if positions == "before":
+            x = x + model.pos_embed(tokens.shape[1])
+        elif positions == "batch axis":
+            x = x + model.pos_embed(tokens.shape[0])
+        for block in model.blocks:
+            x = block(x, causal=causal)
+        if positions == "after":
+            x = x + model.pos_embed(tokens.shape[1])
+        if final_norm:
+            x = model.ln_final(x)
+        logits = model.unembed(x)
+        if output == "probabilities":
+            return torch.softmax(logits, dim=-1)
+        return logits[:, -1] if output == "last" else logits
+
+    return gpt_forward
+
+
+GPT_FORWARD = Exercise(
+    id="08.gpt_forward",
+    reference=lambda model, tokens: model(tokens),
+    cases=_forward_cases,
+    points=2,
+    call=_forward_call,
+    outputs=("the logits tensor",),
+    checked=(
+        "tied and untied GPTs with every parameter randomised, on a full context, a shorter sequence and a "
+        "single sequence: logits of shape (batch, seq, d_vocab) equal to the package's GPT.forward"
+    ),
+    hint=(
+        "token embeddings plus the position embeddings of positions 0..seq-1, then every block with "
+        "`causal=True`, then the final LayerNorm, then the unembedding; return the logits of every position."
+    ),
+    mistakes=(
+        Mistake("no_final_norm", "left out the final LayerNorm",
+                "Pre-norm blocks leave the residual stream un-normalised: apply `model.ln_final` before "
+                "`model.unembed`.", (_gpt_forward_like(final_norm=False),)),
+        Mistake("no_positions", "left out the position embeddings",
+                "Without them the model cannot tell positions apart: add `model.pos_embed(seq_len)` to the token "
+                "embeddings.", (_gpt_forward_like(positions="none"),)),
+        Mistake("positions_after_blocks", "added the position embeddings after the blocks",
+                "Positions go in at the bottom, before the first block, so that attention can use them.",
+                (_gpt_forward_like(positions="after"),)),
+        Mistake("positions_from_batch_axis", "took the number of positions from the batch axis",
+                "tokens is (batch, seq): the sequence length is `tokens.shape[1]`.",
+                (_gpt_forward_like(positions="batch axis"),)),
+        Mistake("not_causal", "ran the blocks without the causal mask",
+                "A block attends to every position unless told otherwise: call `block(x, causal=True)`, or each "
+                "position reads the tokens it is meant to predict.", (_gpt_forward_like(causal=False),)),
+        Mistake("scaled_embeddings", "multiplied the token embeddings by √d_model",
+                "That is the paper's §3.4, for its encoder-decoder; GPT-2 adds the embeddings unscaled.",
+                (_gpt_forward_like(scale=True),)),
+        Mistake("returned_probabilities", "returned probabilities instead of logits",
+                "Return the unembedding's output as it is: the loss (`F.cross_entropy`) and the samplers apply "
+                "the softmax themselves.", (_gpt_forward_like(output="probabilities"),)),
+        Mistake("last_position_only", "returned the logits of the last position only",
+                "Training predicts the next token at every position: return all of them, (batch, seq, d_vocab); "
+                "generation takes `[:, -1]` itself.", (_gpt_forward_like(output="last"),)),
+    ),
+)
+
+register(COUNT_PARAMETERS, GPT2_INIT, GPT_FORWARD)

@@ -1,0 +1,492 @@
+"""Chapter 10's exercises: sampling (temperature, top-k, top-p) and the KV cache, with the mistakes learners make.
+
+Sampling is random, so ``10.sample`` is checked on what it draws from: each case runs the learner's sampler on
+``N_DRAWS`` copies of every row of logits with a seeded generator and compares the frequencies of the drawn tokens
+with the reference's, to ``FREQUENCY_TOLERANCE``. A learner may sample differently from the reference (the inverse CDF,
+the Gumbel trick, another generator call) and still pass: two correct samplers differ by noise only, at most
+``√(2 · 0.25 / N_DRAWS) ≈ 0.005`` (one standard deviation), five times below the tolerance, while every catalogued
+mistake moves some frequency by more than 0.1. Everything is seeded, so a verdict never changes from run to run.
+
+As in ``ch03``, the mistakes are written the way a learner would write them and carry no annotations.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tutorial_lib import sampling as reference
+from tutorial_lib.attention import causal_attention, scaled_dot_product_attention
+from tutorial_lib.checks.core import Case, Exercise, Mistake, register
+from tutorial_lib.kv_cache import LayerKVCache
+from tutorial_lib.models.gpt import GPT, GPTConfig
+
+N_DRAWS = 20_000
+FREQUENCY_TOLERANCE = 0.025
+
+# --- 10.sample ------------------------------------------------------------------------------------------------------
+
+
+def _sample_cases(generator: torch.Generator) -> list[Case]:
+    logits = 2 * torch.randn(2, 6, generator=generator)  # spread enough that T = 0.5, 1 and 2 differ by > 0.1
+    return [
+        Case.of(logits=logits, temperature=1.0, seed=0),
+        Case.of(logits=logits, temperature=0.5, seed=1, note="T < 1 sharpens"),
+        Case.of(logits=logits, temperature=2.0, seed=2, note="T > 1 flattens"),
+        Case.of(logits=2 * torch.randn(3, 6, generator=generator), temperature=0.0, seed=3, note="T = 0 is greedy"),
+        Case.of(logits=torch.randn(2, 5, generator=generator, dtype=torch.float64), temperature=0.7, seed=4),
+    ]
+
+
+def _frequencies(sample, logits: torch.Tensor, temperature: float, seed: int) -> torch.Tensor:
+    """``(rows, d_vocab)`` frequencies of ``N_DRAWS`` draws per row of ``logits``, all drawn in one batched call."""
+    rows, d_vocab = logits.shape
+    draws = sample(logits.repeat_interleave(N_DRAWS, dim=0), temperature, torch.Generator().manual_seed(seed))
+    if not isinstance(draws, torch.Tensor) or draws.shape != (rows * N_DRAWS,):
+        got = tuple(draws.shape) if isinstance(draws, torch.Tensor) else type(draws).__name__
+        raise ValueError(f"sample_next_token must return one token id per row, shape (batch,) = ({rows * N_DRAWS},); got {got}")
+    if draws.dtype.is_floating_point or draws.dtype == torch.bool:
+        raise ValueError(f"sample_next_token must return integer token ids, got dtype {draws.dtype}")
+    if draws.numel() and (draws.min() < 0 or draws.max() >= d_vocab):
+        raise ValueError(f"sample_next_token returned token ids outside [0, d_vocab={d_vocab})")
+    counts = torch.nn.functional.one_hot(draws.view(rows, N_DRAWS), d_vocab).sum(dim=1)
+    return counts.to(torch.float64) / N_DRAWS
+
+
+def _reference_sample(logits, temperature, generator):
+    return reference.sample_next_token(logits, temperature=temperature, generator=generator)
+
+
+def _temperature_on_probabilities(then_softmax: bool):
+    def sample(logits, temperature, generator):
+        if temperature == 0:
+            return logits.argmax(dim=-1)
+        probs = torch.softmax(logits, dim=-1) / temperature
+        if then_softmax:
+            probs = torch.softmax(probs, dim=-1)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+    return sample
+
+
+def _multiplied_by_temperature(logits, temperature, generator):
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    probs = torch.softmax(logits * temperature, dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def _zero_skips_temperature(logits, temperature, generator):
+    if temperature:  # 0 is falsy: T = 0 samples at T = 1
+        logits = logits / temperature
+    return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(-1)
+
+
+def _zero_divides(logits, temperature, generator):
+    probs = torch.softmax(logits / temperature, dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def _logits_as_probabilities(logits, temperature, generator):
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    return torch.multinomial(logits / temperature, 1, generator=generator).squeeze(-1)
+
+
+SAMPLE = Exercise(
+    id="10.sample",
+    reference=_reference_sample,
+    cases=_sample_cases,
+    points=2,
+    outputs=("the distribution of the drawn tokens",),
+    call=lambda sample, args: _frequencies(sample, *args),
+    tolerance=(0.0, FREQUENCY_TOLERANCE),
+    checked=(
+        f"on {N_DRAWS:,} draws per row, the frequencies of the tokens drawn at T = 1, 0.5, 2 and 0.7 (float32 and "
+        f"float64) are softmax(logits / T) to within {FREQUENCY_TOLERANCE}, and T = 0 always draws the argmax"
+    ),
+    hint=(
+        "divide the logits by T, take the softmax over the vocabulary (dim=-1), and draw one token per row with "
+        "`torch.multinomial(probs, 1, generator=generator)`, squeezed to shape (batch,); T = 0 is `argmax`."
+    ),
+    mistakes=(
+        Mistake("temperature_after_softmax", "applied the temperature to the probabilities instead of the logits",
+                "Divide the logits before the softmax: `torch.softmax(logits / temperature, dim=-1)`. Probabilities "
+                "divided by T are renormalised by the sampler, so T changes nothing; a second softmax of them is "
+                "almost uniform.", (_temperature_on_probabilities(False), _temperature_on_probabilities(True))),
+        Mistake("multiplied_by_temperature", "multiplied the logits by T instead of dividing",
+                "softmax(logits / T): a small T must make the largest logit dominate, so divide.",
+                (_multiplied_by_temperature,)),
+        Mistake("zero_temperature_not_greedy", "did not treat T = 0 as greedy decoding",
+                "T → 0 puts all the mass on the largest logit, but `logits / 0` is inf or NaN and `if temperature:` "
+                "skips the division: test `temperature == 0` first and return `logits.argmax(dim=-1)`.",
+                (_zero_skips_temperature, _zero_divides)),
+        Mistake("sampled_logits", "passed the logits to torch.multinomial as if they were probabilities",
+                "torch.multinomial wants non-negative weights: take the softmax of the scaled logits first.",
+                (_logits_as_probabilities,)),
+    ),
+)
+
+
+# --- 10.top_k -------------------------------------------------------------------------------------------------------
+
+
+def _top_k_cases(generator: torch.Generator) -> list[Case]:
+    ties = torch.tensor([[2.0, 1.0, 1.0, 0.0, -1.0], [0.5, 0.5, 0.5, 0.5, 0.1]])
+    return [
+        Case.of(logits=torch.randn(3, 10, generator=generator), top_k=3),
+        Case.of(logits=ties, top_k=2, note="ties with the 2nd largest logit"),
+        Case.of(logits=torch.randn(2, 8, generator=generator, dtype=torch.float64), top_k=1),
+        Case.of(logits=torch.randn(2, 6, generator=generator), top_k=6, note="k = d_vocab"),
+        Case.of(logits=torch.randn(2, 6, generator=generator), top_k=10, note="k > d_vocab keeps everything"),
+    ]
+
+
+def _top_k_by_index(logits, top_k):
+    top_k = min(top_k, logits.shape[-1])
+    indices = torch.topk(logits, top_k, dim=-1).indices
+    keep = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, indices, True)
+    return logits.masked_fill(~keep, float("-inf"))
+
+
+def _top_k_sorted_index(position: int, strict: bool):
+    """Threshold at the value sorted at ``position`` (counting from 0) of each row; drop ``<`` or ``<=`` it."""
+
+    def top_k_filter(logits, top_k):
+        top_k = min(top_k, logits.shape[-1])
+        threshold = torch.sort(logits, dim=-1, descending=True).values[:, top_k - 1 + position, None]
+        drop = logits <= threshold if strict else logits < threshold
+        return logits.masked_fill(drop, float("-inf"))
+
+    return top_k_filter
+
+
+def _top_k_fill(fill: float):
+    def top_k_filter(logits, top_k):
+        top_k = min(top_k, logits.shape[-1])
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        return logits.masked_fill(logits < kth, fill)
+
+    return top_k_filter
+
+
+def _top_k_probabilities(logits, top_k):
+    top_k = min(top_k, logits.shape[-1])
+    probs = torch.softmax(logits, dim=-1)
+    kth = torch.topk(probs, top_k, dim=-1).values[:, -1:]
+    return probs.masked_fill(probs < kth, 0.0)
+
+
+def _top_k_unclamped(logits, top_k):
+    kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+
+TOP_K = Exercise(
+    id="10.top_k",
+    reference=reference.top_k_filter,
+    cases=_top_k_cases,
+    points=1,
+    outputs=("the returned tensor",),
+    checked="k = 3, 1, d_vocab and more than d_vocab, float32 and float64, and ties with the k-th largest logit (all kept)",
+    hint=(
+        "find the k-th largest logit of each row (`torch.topk(logits, k, dim=-1).values[:, -1:]`) and set every "
+        "logit below it to -inf; leave the others, ties included, unchanged."
+    ),
+    mistakes=(
+        Mistake("dropped_ties", "kept exactly k tokens, dropping those tied with the k-th",
+                "Tokens with the same logit are equally likely; keeping some of them depends on their order in the "
+                "vocabulary. Compare values, not positions: `logits < kth` → -inf.", (_top_k_by_index,)),
+        Mistake("kept_k_minus_one", "kept k - 1 tokens",
+                "Drop the logits strictly below the k-th largest (`<`, not `<=`): the k-th itself stays.",
+                (_top_k_sorted_index(0, strict=True),)),
+        Mistake("kept_k_plus_one", "kept k + 1 tokens",
+                "Indices count from 0: the k-th largest value is `sorted_logits[:, k - 1]`, not `[:, k]`.",
+                (_top_k_sorted_index(1, strict=False),)),
+        Mistake("filled_with_zero", "set the dropped logits to 0 instead of -inf",
+                "A logit of 0 still has probability e⁰ / Σ after the softmax; only -inf gives probability 0.",
+                (_top_k_fill(0.0),)),
+        Mistake("returned_probabilities", "returned probabilities with zeros instead of logits with -inf",
+                "The filters work on logits, so that temperature, top-k and top-p compose and the softmax comes "
+                "last: return `logits.masked_fill(logits < kth, float('-inf'))`.", (_top_k_probabilities,)),
+        Mistake("k_larger_than_vocabulary", "let k exceed the vocabulary",
+                "torch.topk refuses k > d_vocab; clamp it first: `top_k = min(top_k, logits.shape[-1])`.",
+                (_top_k_unclamped,)),
+    ),
+)
+
+
+# --- 10.top_p -------------------------------------------------------------------------------------------------------
+
+
+def _top_p_cases(generator: torch.Generator) -> list[Case]:
+    confident = torch.tensor([[0.0, 6.0, 1.0, 0.5, 0.0, -1.0], [0.2, 0.0, 0.4, 0.1, 0.3, 0.0]])
+    return [
+        Case.of(logits=confident, top_p=0.5, note="in row 0 the most likely token alone has 0.98 > top_p"),
+        Case.of(logits=2 * torch.randn(3, 10, generator=generator), top_p=0.9),
+        Case.of(logits=torch.zeros(2, 8), top_p=0.375, note="uniform: 3 tokens reach 0.375 exactly"),
+        Case.of(logits=torch.randn(2, 7, generator=generator, dtype=torch.float64), top_p=1.0, note="top_p = 1 keeps all"),
+    ]
+
+
+def _top_p_shifted(boundary_kept: bool, force_first: bool):
+    """The usual form: sort, cumulative sum, drop a token when the tokens before it already reach top_p.
+
+    ``boundary_kept`` drops only when they exceed top_p (one token too many when the sum reaches it exactly);
+    ``force_first=False`` forgets that the most likely token must stay even when it alone exceeds top_p.
+    """
+
+    def top_p_filter(logits, top_p):
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
+        exceeded = cumulative > top_p if boundary_kept else cumulative >= top_p
+        drop = exceeded.clone()
+        drop[..., 1:] = exceeded[..., :-1]  # shift right: the token that crosses top_p is kept
+        if force_first:
+            drop[..., 0] = False
+        return logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+
+    return top_p_filter
+
+
+def _top_p_unshifted(force_first: bool):
+    """Drop every token whose cumulative sum exceeds top_p, the one that crosses it included."""
+
+    def top_p_filter(logits, top_p):
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        drop = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1) > top_p
+        if force_first:
+            drop[..., 0] = False
+        return logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+
+    return top_p_filter
+
+
+def _top_p_unsorted(logits, top_p):
+    probs = torch.softmax(logits, dim=-1)
+    drop = probs.cumsum(dim=-1) - probs >= top_p
+    return logits.masked_fill(drop, float("-inf"))
+
+
+def _top_p_sorted_order(logits, top_p):
+    sorted_logits, _ = torch.sort(logits, dim=-1, descending=True)
+    probs = torch.softmax(sorted_logits, dim=-1)
+    drop = probs.cumsum(dim=-1) - probs >= top_p
+    return sorted_logits.masked_fill(drop, float("-inf"))
+
+
+TOP_P = Exercise(
+    id="10.top_p",
+    reference=reference.top_p_filter,
+    cases=_top_p_cases,
+    points=2,
+    outputs=("the returned tensor",),
+    checked=(
+        "top_p = 0.5, 0.9, 0.375 and 1, float32 and float64: the smallest set of most likely tokens that reaches "
+        "top_p, the most likely token kept even when it alone exceeds top_p, a sum that reaches top_p exactly, and "
+        "the logits returned in vocabulary order"
+    ),
+    hint=(
+        "sort the logits in descending order, take the softmax and its cumulative sum, drop a token when the tokens "
+        "ranked above it already reach top_p (`cumsum - probs >= top_p`), and scatter the decision back to the "
+        "vocabulary order."
+    ),
+    mistakes=(
+        Mistake("dropped_the_top_token", "dropped the most likely token when it alone exceeds top_p",
+                "The nucleus is never empty: the most likely token always stays. Decide on the probability mass "
+                "*before* each token (`cumsum - probs >= top_p`), or force `drop[..., 0] = False`.",
+                (_top_p_unshifted(force_first=False), _top_p_shifted(boundary_kept=True, force_first=False),
+                 _top_p_shifted(boundary_kept=False, force_first=False))),
+        Mistake("one_token_too_few", "dropped the token that makes the sum reach top_p",
+                "The nucleus must *reach* top_p: keep the token that crosses it. Drop a token only when the tokens "
+                "before it already reach top_p: `cumsum - probs >= top_p`.", (_top_p_unshifted(force_first=True),)),
+        Mistake("one_token_too_many", "kept one token too many when the sum reaches top_p exactly",
+                "Once the kept tokens reach top_p the nucleus is complete: drop the next one when the mass before it "
+                "is `>= top_p`, not only when it is `> top_p`.", (_top_p_shifted(boundary_kept=True, force_first=True),)),
+        Mistake("not_sorted", "summed the probabilities in vocabulary order without sorting them",
+                "The nucleus is made of the *most likely* tokens: sort in descending order before the cumulative "
+                "sum, `torch.sort(logits, dim=-1, descending=True)`.", (_top_p_unsorted,)),
+        Mistake("left_in_sorted_order", "returned the logits in sorted order",
+                "The filtered logits must stay in vocabulary order, as the sampler indexes tokens by position: "
+                "scatter the sorted decision back, `drop.scatter(-1, order, drop)`.", (_top_p_sorted_order,)),
+    ),
+)
+
+
+# --- 10.kv_cache_attention --------------------------------------------------------------------------------------------
+
+
+def _kv_cases(generator: torch.Generator) -> list[Case]:
+    def randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator, dtype=dtype)
+
+    def case(batch: int, n_heads: int, n_past: int, n_new: int, d_head: int, note: str, dtype=torch.float32) -> Case:
+        new = {name: randn(batch, n_heads, n_new, d_head, dtype=dtype) for name in ("q", "k", "v")}
+        past = {name: randn(batch, n_heads, n_past, d_head, dtype=dtype) for name in ("past_k", "past_v")}
+        return Case.of(**new, **past, note=note)
+
+    return [
+        case(2, 2, 5, 1, 8, "one new token after 5 cached positions"),
+        case(1, 3, 0, 4, 8, "an empty cache: the prompt's 4 positions at once"),
+        case(2, 2, 3, 4, 8, "a chunk of 4 new positions after 3 cached ones"),
+        case(1, 2, 6, 2, 4, "a chunk of 2 after 6", dtype=torch.float64),
+    ]
+
+
+def _reference_cached_attention(q, k, v, past_k, past_v):
+    """The package's way: the cache's ``append`` returns every key and value so far; the causal mask is offset by
+    the number of cached positions (``causal_attention`` builds it with ``n_past``)."""
+    batch, n_heads, n_past, d_head = past_k.shape
+    cache = LayerKVCache(batch, n_heads, n_past + k.shape[-2], d_head, device=k.device, dtype=k.dtype)
+    cache.append(past_k, past_v)
+    keys, values = cache.append(k, v)
+    return causal_attention(q, keys, values), keys, values
+
+
+def _attend_before_appending(q, k, v, past_k, past_v):
+    out, _ = scaled_dot_product_attention(q, past_k, past_v)
+    return out, torch.cat([past_k, k], dim=-2), torch.cat([past_v, v], dim=-2)
+
+
+def _no_mask(q, k, v, past_k, past_v):
+    keys, values = torch.cat([past_k, k], dim=-2), torch.cat([past_v, v], dim=-2)
+    return scaled_dot_product_attention(q, keys, values)[0], keys, values
+
+
+def _mask_from_top_left(q, k, v, past_k, past_v):
+    keys, values = torch.cat([past_k, k], dim=-2), torch.cat([past_v, v], dim=-2)
+    mask = torch.ones(q.shape[-2], keys.shape[-2], dtype=torch.bool).tril()  # query i sees keys 0..i
+    return scaled_dot_product_attention(q, keys, values, mask)[0], keys, values
+
+
+def _mask_for_new_positions_only(q, k, v, past_k, past_v):
+    keys, values = torch.cat([past_k, k], dim=-2), torch.cat([past_v, v], dim=-2)
+    mask = torch.ones(q.shape[-2], q.shape[-2], dtype=torch.bool).tril()  # no columns for the cached keys
+    return scaled_dot_product_attention(q, keys, values, mask)[0], keys, values
+
+
+def _new_keys_first(q, k, v, past_k, past_v):
+    keys, values = torch.cat([k, past_k], dim=-2), torch.cat([v, past_v], dim=-2)
+    n_past = past_k.shape[-2]
+    query = torch.arange(q.shape[-2])[:, None] + n_past
+    mask = torch.arange(keys.shape[-2])[None, :] <= query
+    return scaled_dot_product_attention(q, keys, values, mask)[0], keys, values
+
+
+KV_CACHE_ATTENTION = Exercise(
+    id="10.kv_cache_attention",
+    reference=_reference_cached_attention,
+    cases=_kv_cases,
+    points=2,
+    outputs=("out", "keys", "values"),
+    checked=(
+        "one new token after a cache, an empty cache, chunks of several new positions after a cache, float32 and "
+        "float64: every new query sees the cached positions and the new ones up to itself, and the keys and values "
+        "returned are the cached ones followed by the new ones"
+    ),
+    hint=(
+        "append first: keys = cat([past_k, k]) along the positions (dim=-2), the same for the values; then new query "
+        "i is position n_past + i and may attend to keys 0 .. n_past + i: mask `key <= query + n_past`."
+    ),
+    mistakes=(
+        Mistake("attended_before_appending", "attended to the cached keys before appending the new ones",
+                "A new position must see itself (and the new positions before it): append k and v to the cache "
+                "first, then attend to everything it holds.", (_attend_before_appending,)),
+        Mistake("no_mask_for_the_chunk", "used no causal mask for a chunk of several new positions",
+                "One new token may see every key, but in a chunk the first new position must not see the ones "
+                "after it: mask with `causal_mask(n_new, n_past=n_past)`.", (_no_mask,)),
+        Mistake("mask_not_offset", "built the causal mask as if the new positions came first, without the n_past "
+                "offset", "New query i is position n_past + i: it sees every cached key and new keys up to itself. "
+                "`causal_mask(n_new, n_past=n_past)` shifts the diagonal by n_past.",
+                (_mask_from_top_left, _mask_for_new_positions_only)),
+        Mistake("new_keys_first", "put the new keys and values before the cached ones",
+                "The cache holds positions in order: `torch.cat([past_k, k], dim=-2)`, past first.",
+                (_new_keys_first,)),
+    ),
+)
+
+
+# --- 10.cached_forward ------------------------------------------------------------------------------------------------
+
+
+def _cached_forward_model() -> GPT:
+    """A small GPT whose next token depends strongly on its context and on positions: at GPT-2's initial scale
+    (std 0.02) a model that lost the past or its positions would barely change its logits."""
+    with torch.random.fork_rng(devices=[]):  # building a GPT draws from the global generator: leave it alone
+        model = GPT(GPTConfig(d_vocab=11, n_ctx=16, d_model=16, n_heads=2, n_layers=2))
+    generator = torch.Generator().manual_seed(10)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() == 2:
+                parameter.copy_(0.5 * torch.randn(parameter.shape, generator=generator))
+    return model.eval()
+
+
+def _run_cached_forward(forward, tokens: torch.Tensor, chunks: tuple[int, ...]) -> torch.Tensor:
+    """Feed ``tokens`` chunk by chunk through ``forward(model, chunk, cache)`` with one cache; concatenate the logits."""
+    model = _cached_forward_model()
+    cache = model.make_kv_cache(tokens.shape[0])
+    logits, start = [], 0
+    for size in chunks:
+        logits.append(forward(model, tokens[:, start : start + size], cache))
+        start += size
+    return torch.cat(logits, dim=1)
+
+
+def _forward_cases(generator: torch.Generator) -> list[Case]:
+    def tokens(batch: int, seq: int) -> torch.Tensor:
+        return torch.randint(11, (batch, seq), generator=generator)
+
+    return [
+        Case.of(tokens=tokens(2, 9), chunks=(4, 1, 1, 3), note="a prompt of 4, two single tokens, a chunk of 3"),
+        Case.of(tokens=tokens(1, 16), chunks=(16,), note="the whole context at once"),
+        Case.of(tokens=tokens(3, 12), chunks=(1,) * 12, note="one token at a time"),
+    ]
+
+
+def _reference_forward(model, tokens, cache):
+    return model(tokens, cache=cache)
+
+
+def _forward_with(*, offset_from_cache: bool = True, pass_cache: bool = True, causal: bool = True):
+    def forward(model, tokens, cache):
+        offset = cache.length if offset_from_cache else 0
+        x = model.embed(tokens) + model.pos_embed(tokens.shape[1], offset)
+        for i, block in enumerate(model.blocks):
+            x = block(x, causal=causal, cache=cache[i] if pass_cache else None)
+        return model.unembed(model.ln_final(x))
+
+    return forward
+
+
+CACHED_FORWARD = Exercise(
+    id="10.cached_forward",
+    reference=_reference_forward,
+    cases=_forward_cases,
+    points=1,
+    outputs=("the logits tensor",),
+    call=lambda forward, args: _run_cached_forward(forward, *args),
+    tolerance=(1e-4, 1e-5),
+    checked=(
+        "a small GPT fed its tokens in chunks (a prompt then single tokens, the whole context at once, one token at "
+        "a time) through one cache gives the logits of the package's GPT.forward at every position"
+    ),
+    hint=(
+        "the new tokens continue the cache.length positions already cached: embed them, add the position "
+        "embeddings from offset cache.length on, run every block with causal=True and its own layer's cache, "
+        "then the final norm and the unembedding."
+    ),
+    mistakes=(
+        Mistake("positions_from_zero", "numbered the new tokens' positions from 0 instead of from cache.length",
+                "The new tokens are positions cache.length, cache.length + 1, …: "
+                "`model.pos_embed(tokens.shape[1], cache.length)`, read before the blocks append to the cache.",
+                (_forward_with(offset_from_cache=False),)),
+        Mistake("cache_not_passed", "did not pass the cache to the blocks",
+                "Without it every call sees only its own tokens: `block(x, causal=True, cache=cache[i])`.",
+                (_forward_with(pass_cache=False),)),
+        Mistake("not_causal", "left out causal=True",
+                "Within a chunk (and the prompt) a position must not see the ones after it: `block(x, causal=True, "
+                "cache=cache[i])` masks them, offset by the cached positions.", (_forward_with(causal=False),)),
+    ),
+)
+
+register(SAMPLE, TOP_K, TOP_P, KV_CACHE_ATTENTION, CACHED_FORWARD)

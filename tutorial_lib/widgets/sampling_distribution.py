@@ -1,0 +1,213 @@
+"""What temperature, top-k and top-p do to a next-token distribution (chapter 10).
+
+Pure functions turn a model's next-token logits into the distribution :func:`~tutorial_lib.sampling.sample_next_token`
+draws from, and draw it; :func:`sampling_distribution_widget` is a thin ipywidgets wrapper over them, and
+:func:`plot_sampling_grid` is its static rendering for the book (small multiples over temperature and filters).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import ipywidgets as widgets
+import torch
+from jaxtyping import Float, Int
+from matplotlib.figure import Figure
+from torch import Tensor, nn
+
+from tutorial_lib.sampling import apply_temperature, top_k_filter, top_p_filter
+from tutorial_lib.widgets._plotting import figure_png, new_figure
+
+# How a character is written under its bar: whitespace would be invisible.
+_VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥"}
+# The grid of the static figure: (label, top_k, top_p).
+DEFAULT_FILTERS = (("no filter", None, None), ("top-k = 5", 5, None), ("top-p = 0.9", None, 0.9))
+
+
+@torch.no_grad()
+def next_token_logits(model: nn.Module, tokens: Int[Tensor, " seq"]) -> Float[Tensor, " d_vocab"]:
+    """The model's logits for the token after ``tokens`` (the last ``n_ctx`` of them), in eval mode, on the CPU."""
+    if tokens.dim() != 1 or tokens.numel() < 1:
+        raise ValueError(f"tokens must be a non-empty 1-D tensor of token ids, got shape {tuple(tokens.shape)}")
+    was_training = model.training
+    model.eval()
+    try:
+        device = next(model.parameters()).device
+        logits = model(tokens[-model.cfg.n_ctx :][None].to(device))[0, -1]
+    finally:
+        model.train(was_training)
+    return logits.float().cpu()
+
+
+def filtered_distribution(
+    logits: Float[Tensor, " d_vocab"],
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+) -> Float[Tensor, " d_vocab"]:
+    """The distribution ``sample_next_token`` draws from: softmax of the logits divided by ``temperature``, filtered
+    by top-k, then top-p, renormalised. ``temperature=0`` is greedy: all the mass on the argmax."""
+    if logits.dim() != 1:
+        raise ValueError(f"logits must be 1-D (d_vocab,), got shape {tuple(logits.shape)}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature!r}")
+    if temperature == 0:
+        return nn.functional.one_hot(logits.argmax(), logits.numel()).to(logits.dtype)
+    scaled = apply_temperature(logits[None], temperature)
+    if top_k is not None:
+        scaled = top_k_filter(scaled, top_k)
+    if top_p is not None:
+        scaled = top_p_filter(scaled, top_p)
+    return torch.softmax(scaled, dim=-1)[0]
+
+
+def entropy(probs: Float[Tensor, "*batch d_vocab"]) -> Float[Tensor, "*batch"]:
+    """Entropy in nats; 0·log 0 counts as 0, so a one-hot distribution has entropy 0."""
+    return -torch.special.xlogy(probs, probs).sum(dim=-1)
+
+
+def visible_label(token: str) -> str:
+    """A token as written under its bar: space, newline and tab get a visible symbol."""
+    return "".join(_VISIBLE.get(char, char) for char in token)
+
+
+def _filter_text(top_k: int | None, top_p: float | None) -> str:
+    parts = ([f"top-k {top_k}"] if top_k is not None else []) + ([f"top-p {top_p:g}"] if top_p is not None else [])
+    return ", ".join(parts) or "no filter"
+
+
+def _draw(
+    ax,
+    logits: Tensor,
+    labels: Sequence[str],
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    n_shown: int,
+    title: str | None,
+) -> None:
+    """Bars of the filtered distribution over the ``n_shown`` most likely tokens (in the model's own order).
+
+    Behind each bar, in grey, the probability at this temperature before filtering: what the filters cut away.
+    """
+    order = torch.argsort(logits, descending=True, stable=True)[:n_shown]  # temperature never changes the order
+    unfiltered = filtered_distribution(logits, temperature=temperature) if temperature > 0 else None
+    probs = filtered_distribution(logits, temperature=temperature, top_k=top_k, top_p=top_p)
+    kept = probs > 0
+    x = range(len(order))
+    if unfiltered is not None:
+        ax.bar(x, unfiltered[order].numpy(), color="0.85", width=0.8, label="before the filters")
+    ax.bar(x, probs[order].numpy(), color=["C0" if kept[i] else "0.85" for i in order], width=0.55, label="kept, renormalised")
+    ax.set_xticks(list(x), [visible_label(labels[i]) for i in order], fontsize="small")
+    ax.set_ylim(0, 1)
+    ax.set_xlim(-0.6, len(order) - 0.4)
+    heading = "greedy (T = 0)" if temperature == 0 else f"T = {temperature:g}, {_filter_text(top_k, top_p)}"
+    ax.set_title(title or heading, fontsize="medium")
+    ax.text(
+        0.98, 0.95, f"{int(kept.sum())} kept\nentropy {entropy(probs):.2f} nats",
+        transform=ax.transAxes, ha="right", va="top", fontsize="small",
+    )
+
+
+def _check_labels(logits: Tensor, labels: Sequence[str], n_shown: int) -> None:
+    if logits.dim() != 1:
+        raise ValueError(f"logits must be 1-D (d_vocab,), got shape {tuple(logits.shape)}")
+    if len(labels) != logits.numel():
+        raise ValueError(f"labels must name every token: {logits.numel()} logits but {len(labels)} labels")
+    if isinstance(n_shown, bool) or not isinstance(n_shown, int) or n_shown < 1:
+        raise ValueError(f"n_shown must be a positive int, got {n_shown!r}")
+
+
+def plot_sampling_distribution(
+    logits: Float[Tensor, " d_vocab"],
+    labels: Sequence[str],
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    n_shown: int = 20,
+    title: str | None = None,
+) -> Figure:
+    """One panel: the filtered, renormalised next-token distribution, kept tokens in colour, with the number kept
+    and the entropy."""
+    _check_labels(logits, labels, n_shown)
+    fig, ax = new_figure(1, 1, figsize=(7.5, 3.2))
+    _draw(ax, logits, labels, temperature, top_k, top_p, n_shown, title)
+    ax.set(xlabel="next character (most likely first)", ylabel="probability")
+    ax.legend(loc="center right", fontsize="small")
+    return fig
+
+
+def plot_sampling_grid(
+    logits: Float[Tensor, " d_vocab"],
+    labels: Sequence[str],
+    *,
+    temperatures: Sequence[float] = (0.5, 1.0, 1.5),
+    filters: Sequence[tuple[str, int | None, float | None]] = DEFAULT_FILTERS,
+    n_shown: int = 15,
+) -> Figure:
+    """Small multiples: one row per temperature, one column per filter ``(label, top_k, top_p)``."""
+    _check_labels(logits, labels, n_shown)
+    fig, axes = new_figure(
+        len(temperatures), len(filters), figsize=(3.6 * len(filters), 2.3 * len(temperatures)),
+        squeeze=False, sharey=True,
+    )
+    for row, temperature in enumerate(temperatures):
+        for column, (label, top_k, top_p) in enumerate(filters):
+            _draw(axes[row, column], logits, labels, temperature, top_k, top_p, n_shown, f"T = {temperature:g}, {label}")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("probability")
+    return fig
+
+
+def sampling_distribution_widget(
+    logits: Float[Tensor, " d_vocab"],
+    labels: Sequence[str],
+    *,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    n_shown: int = 20,
+) -> widgets.VBox:
+    """Sliders for the temperature (0 = greedy), top-k (0 = off) and top-p (1 = off) over one fixed next-token
+    distribution, redrawn by :func:`plot_sampling_distribution`."""
+    _check_labels(logits, labels, n_shown)
+    d_vocab = logits.numel()
+    if not 0 <= temperature <= 3:
+        raise ValueError(f"temperature must lie in [0, 3], got {temperature!r}")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 0 <= top_k <= d_vocab:
+        raise ValueError(f"top_k must be an int in [0, {d_vocab}] (0 = off), got {top_k!r}")
+    if not 0.05 <= top_p <= 1:
+        raise ValueError(f"top_p must lie in [0.05, 1] (1 = off), got {top_p!r}")
+    temperature_slider = widgets.FloatSlider(value=temperature, min=0.0, max=3.0, step=0.05, description="temperature")
+    top_k_slider = widgets.IntSlider(value=top_k, min=0, max=d_vocab, description="top-k (0 off)")
+    top_p_slider = widgets.FloatSlider(value=top_p, min=0.05, max=1.0, step=0.05, description="top-p (1 off)")
+    for slider in (temperature_slider, top_k_slider, top_p_slider):
+        slider.style.description_width = "initial"
+    # An image, not an Output widget: its PNG lives in the widget state, so the book and nbval see no side output.
+    image = widgets.Image(format="png")
+
+    def redraw(_change=None) -> None:
+        fig = plot_sampling_distribution(
+            logits, labels, temperature=temperature_slider.value, top_k=top_k_slider.value or None,
+            top_p=top_p_slider.value if top_p_slider.value < 1 else None, n_shown=n_shown,
+        )
+        image.value = figure_png(fig)
+
+    for slider in (temperature_slider, top_k_slider, top_p_slider):
+        slider.observe(redraw, names="value")
+    redraw()
+    return widgets.VBox([temperature_slider, top_k_slider, top_p_slider, image])
+
+
+__all__ = [
+    "DEFAULT_FILTERS",
+    "entropy",
+    "filtered_distribution",
+    "next_token_logits",
+    "plot_sampling_distribution",
+    "plot_sampling_grid",
+    "sampling_distribution_widget",
+    "visible_label",
+]
