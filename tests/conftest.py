@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 from pathlib import Path
 
+import jaxtyping
 import numpy as np
 import pytest
 import torch
@@ -25,3 +27,19 @@ def _seed() -> None:
     random.seed(0)
     np.random.seed(0)
     torch.manual_seed(0)
+
+
+@pytest.fixture
+def without_annotation_checks():
+    """A context manager that turns jaxtyping's run-time checks off, to test the ``ValueError`` a notebook reader
+    sees (notebooks run unchecked) where an annotation would otherwise reject the input first."""
+
+    @contextlib.contextmanager
+    def unchecked():
+        jaxtyping.config.update("jaxtyping_disable", True)
+        try:
+            yield
+        finally:
+            jaxtyping.config.update("jaxtyping_disable", False)
+
+    return unchecked

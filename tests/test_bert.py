@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-
-import jaxtyping
 import pytest
 import torch
 
@@ -20,16 +17,6 @@ from tutorial_lib.models.bert import (
 )
 
 D_VOCAB = 97
-
-
-@contextlib.contextmanager
-def _without_annotation_checks():
-    """The ValueErrors a notebook reader sees, where jaxtyping's run-time checks (on in this suite) are off."""
-    jaxtyping.config.update("jaxtyping_disable", True)
-    try:
-        yield
-    finally:
-        jaxtyping.config.update("jaxtyping_disable", False)
 
 
 def _config(**changes) -> BERTConfig:
@@ -252,7 +239,7 @@ def test_hf_key_map_is_strict() -> None:
         BERTForPreTraining.from_hf_state_dict(hf.state_dict(), _config(n_layers=3, d_ff=40))
 
 
-def test_bad_input_raises() -> None:
+def test_bad_input_raises(without_annotation_checks) -> None:
     model = _pretraining_model()
     with pytest.raises(ValueError, match="n_ctx=32"):
         model(_tokens(1, 33))
@@ -260,7 +247,7 @@ def test_bad_input_raises() -> None:
         model(torch.tensor([[0, D_VOCAB]]))
     with pytest.raises(ValueError, match="segments"):
         model(_tokens(1, 4), torch.tensor([[0, 1, 2, 0]]))
-    with _without_annotation_checks(), pytest.raises(ValueError, match="segments"):
+    with without_annotation_checks(), pytest.raises(ValueError, match="segments"):
         model(_tokens(1, 4), torch.tensor([[0, 1, 1]]))
     with pytest.raises(ValueError, match="n_classes"):
         BERTForSequenceClassification(_config(), n_classes=1)

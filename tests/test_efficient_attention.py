@@ -3,15 +3,16 @@ linear attention, PyTorch's softmax and the chapter-03 attention; and a measurem
 
 from __future__ import annotations
 
-import contextlib
-
-import jaxtyping
 import pytest
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from tutorial_lib.attention import causal_mask, padding_mask, scaled_dot_product_attention
+from tutorial_lib.attention import (
+    causal_mask,
+    padding_mask,
+    scaled_dot_product_attention,
+)
 from tutorial_lib.efficient_attention import (
     banded_attention,
     elu_feature_map,
@@ -20,16 +21,6 @@ from tutorial_lib.efficient_attention import (
     sliding_window_attention,
     tiled_attention,
 )
-
-
-@contextlib.contextmanager
-def _without_annotation_checks():
-    """The ValueErrors a notebook reader sees, where jaxtyping's run-time checks (on in this suite) are off."""
-    jaxtyping.config.update("jaxtyping_disable", True)
-    try:
-        yield
-    finally:
-        jaxtyping.config.update("jaxtyping_disable", False)
 
 
 def _qkv(*batch: int, n_query: int, n_key: int, d_head: int = 8, d_value: int = 6, seed: int = 0, requires_grad: bool = False):
@@ -225,14 +216,14 @@ def test_tiled_attention_skips_tiles_above_the_diagonal() -> None:
     assert causal.count == 2 * (1 + 2 + 3 + 4)  # only the tiles on or below the diagonal
 
 
-def test_bad_input_raises() -> None:
+def test_bad_input_raises(without_annotation_checks) -> None:
     q, k, v = _qkv(1, n_query=4, n_key=6)
     for name in ("block_q", "block_k"):
         with pytest.raises(ValueError, match=name):
             tiled_attention(q, k, v, **{name: 0})
     with pytest.raises(ValueError, match="query_pos <= key_pos"):
         tiled_attention(k, q, q[..., :6], causal=True)
-    with _without_annotation_checks(), pytest.raises(ValueError, match="mask must be a bool"):
+    with without_annotation_checks(), pytest.raises(ValueError, match="mask must be a bool"):
         tiled_attention(q, k, v, torch.ones(4, 6))
     with pytest.raises(ValueError, match="block_size"):
         online_softmax(torch.zeros(3), 0)
@@ -245,5 +236,5 @@ def test_bad_input_raises() -> None:
         banded_attention(square_q, square_k, square_v, 0)
     with pytest.raises(ValueError, match="window"):
         sliding_window_attention(square_q, square_k, square_v, 0)
-    with _without_annotation_checks(), pytest.raises(ValueError, match="as many queries as keys"):
+    with without_annotation_checks(), pytest.raises(ValueError, match="as many queries as keys"):
         banded_attention(q, k, v, 2)

@@ -47,8 +47,10 @@ def test_exercises_are_what_the_solutions_generate(capsys):
     assert make_exercises.main(["--check"]) == 0, capsys.readouterr().err
 
 
-def test_there_are_solutions_to_check():
-    assert [path.name for path in SOLUTIONS] == ["03_scaled_dot_product_attention.ipynb"]
+def test_every_solutions_notebook_has_a_catalogue_and_every_catalogue_a_notebook():
+    catalogues = sorted(p.stem[2:] for p in (ROOT / "tutorial_lib" / "checks").glob("ch[0-9][0-9].py"))
+    assert SOLUTIONS, "no solutions notebook found"
+    assert sorted(path.name[:2] for path in SOLUTIONS) == catalogues
 
 
 @pytest.mark.parametrize("path", SOLUTIONS, ids=lambda path: path.name)

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-
-import jaxtyping
 import pytest
 import torch
 
@@ -16,16 +13,6 @@ from tutorial_lib.models.llama import Llama, LlamaConfig, llama_d_ff
 from tutorial_lib.normalization import RMSNorm
 from tutorial_lib.rope import RotaryMultiHeadAttention
 from tutorial_lib.sampling import generate
-
-
-@contextlib.contextmanager
-def _without_annotation_checks():
-    """The ValueErrors a notebook reader sees, where jaxtyping's run-time checks (on in this suite) are off."""
-    jaxtyping.config.update("jaxtyping_disable", True)
-    try:
-        yield
-    finally:
-        jaxtyping.config.update("jaxtyping_disable", False)
 
 
 def _config(**changes) -> LlamaConfig:
@@ -142,7 +129,7 @@ def test_hf_key_map_is_strict() -> None:
         Llama.from_hf_llama_state_dict(state, _config())
 
 
-def test_bad_input_raises() -> None:
+def test_bad_input_raises(without_annotation_checks) -> None:
     model = _model()
     with pytest.raises(ValueError, match="n_ctx=24"):
         model(_tokens(1, 25))
@@ -162,7 +149,7 @@ def test_bad_input_raises() -> None:
         llama_d_ff(64, 0)
     with pytest.raises(ValueError, match="multiple_of"):
         _config(d_ff=64, multiple_of=0)
-    with _without_annotation_checks(), pytest.raises(ValueError, match="LlamaConfig"):
+    with without_annotation_checks(), pytest.raises(ValueError, match="LlamaConfig"):
         Llama(GPTConfig(d_vocab=61, n_ctx=24, d_model=32, n_heads=4, n_layers=2))
 
 

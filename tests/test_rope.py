@@ -2,30 +2,24 @@
 
 from __future__ import annotations
 
-import contextlib
 import math
 
-import jaxtyping
 import pytest
 import torch
 
 from tutorial_lib.attention import causal_mask
 from tutorial_lib.kv_cache import LayerKVCache
-from tutorial_lib.rope import RotaryEmbedding, RotaryMultiHeadAttention, apply_rope, rope_frequencies, rope_tables
+from tutorial_lib.rope import (
+    RotaryEmbedding,
+    RotaryMultiHeadAttention,
+    apply_rope,
+    rope_frequencies,
+    rope_tables,
+)
 
 
 def _randn(*shape: int, seed: int = 0) -> torch.Tensor:
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
-
-
-@contextlib.contextmanager
-def _without_annotation_checks():
-    """The ValueErrors a notebook reader sees, where jaxtyping's run-time checks (on in this suite) are off."""
-    jaxtyping.config.update("jaxtyping_disable", True)
-    try:
-        yield
-    finally:
-        jaxtyping.config.update("jaxtyping_disable", False)
 
 
 def _complex_rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
@@ -87,7 +81,10 @@ def test_matches_independent_complex_formulation() -> None:
 
 def test_matches_hugging_face_llama_rotary_embedding() -> None:
     transformers = pytest.importorskip("transformers")
-    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+    from transformers.models.llama.modeling_llama import (
+        LlamaRotaryEmbedding,
+        apply_rotary_pos_emb,
+    )
 
     config = transformers.LlamaConfig(hidden_size=64, num_attention_heads=4, max_position_embeddings=50, rope_theta=10000.0)
     q, k = _randn(2, 4, 50, 16, seed=3), _randn(2, 4, 50, 16, seed=4)
@@ -153,7 +150,7 @@ def test_rotary_attention_weights_path_agrees() -> None:
     assert torch.all(weights.masked_select(~causal_mask(8)) == 0)
 
 
-def test_bad_input_raises() -> None:
+def test_bad_input_raises(without_annotation_checks) -> None:
     with pytest.raises(ValueError, match="d_head"):
         RotaryEmbedding(7, n_ctx=4)
     with pytest.raises(ValueError, match="base"):
@@ -169,12 +166,12 @@ def test_bad_input_raises() -> None:
         rope(_randn(2, 8), offset=-1)
     with pytest.raises(ValueError, match="positions"):
         rope(_randn(2, 8), positions=torch.tensor([0, 4]))
-    with _without_annotation_checks(), pytest.raises(ValueError, match="positions"):
+    with without_annotation_checks(), pytest.raises(ValueError, match="positions"):
         rope(_randn(2, 8), positions=torch.tensor([0.0, 1.0]))
     with pytest.raises(ValueError, match="positions"):
         rope(_randn(2, 8), positions=torch.tensor([0, 1, 2]))
     cos, sin = rope_tables(4, 8)
-    with _without_annotation_checks(), pytest.raises(ValueError, match="d_head=6"):
+    with without_annotation_checks(), pytest.raises(ValueError, match="d_head=6"):
         apply_rope(_randn(2, 6), cos, sin)
     attn = RotaryMultiHeadAttention(16, 2, n_ctx=8)
     with pytest.raises(ValueError, match="context"):

@@ -276,7 +276,13 @@ def test_checkpoint_errors(tmp_path):
 )
 def test_train_config_validation(changes, argument):
     with pytest.raises(ValueError, match=argument):
-        TrainConfig(**{"max_steps": 10, **changes})
+        TrainConfig(**{"max_steps": 10, "warmup_steps": 5, **changes})
+
+
+def test_train_config_rejects_a_warmup_longer_than_the_run():
+    with pytest.raises(ValueError, match="warmup_steps=100 must be <= max_steps=10"):
+        TrainConfig(max_steps=10, warmup_steps=100)
+    TrainConfig(max_steps=10, warmup_steps=100, schedule="constant")  # constant: a long warm-up is legitimate
 
 
 def test_train_config_schedules():

@@ -29,6 +29,8 @@ KERNEL_ENV = {
     # The Makefile exports MPLBACKEND=agg for scripts and tests; in a kernel it would swallow every figure.
     "MPLBACKEND": "module://matplotlib_inline.backend_inline",
     "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+    # Never download model weights while executing: chapter 08's real-GPT-2 cell must take its offline branch.
+    "HF_HUB_OFFLINE": "1",
 }
 
 

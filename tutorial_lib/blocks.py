@@ -46,7 +46,7 @@ def make_feed_forward(activation: str, d_model: int, d_ff: int, *, bias: bool, d
 class Residual(nn.Module):
     """One sublayer's residual connection, with dropout on the sublayer's output and the norm(s) in place."""
 
-    def __init__(self, d_model: int, placement: NormPlacement, *, norm: str = "layer", eps: float = 1e-5, dropout: float = 0.0) -> None:
+    def __init__(self, d_model: int, placement: NormPlacement | str, *, norm: str = "layer", eps: float = 1e-5, dropout: float = 0.0) -> None:
         super().__init__()
         self.placement = NormPlacement(placement)
         self.norm = make_norm(norm, d_model, eps)
@@ -75,7 +75,7 @@ class TransformerBlock(nn.Module):
         n_heads: int,
         d_ff: int,
         *,
-        placement: NormPlacement = NormPlacement.POST,
+        placement: NormPlacement | str = NormPlacement.POST,
         norm: str = "layer",
         eps: float = 1e-5,
         activation: str = "relu",
@@ -110,7 +110,7 @@ class DecoderBlock(nn.Module):
         n_heads: int,
         d_ff: int,
         *,
-        placement: NormPlacement = NormPlacement.POST,
+        placement: NormPlacement | str = NormPlacement.POST,
         norm: str = "layer",
         eps: float = 1e-5,
         activation: str = "relu",

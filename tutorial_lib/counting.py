@@ -23,6 +23,8 @@ def parameters_by_module(model: nn.Module, depth: int = 1) -> dict[str, int]:
 
     A shared tensor is attributed to the first module that owns it.
     """
+    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"depth must be a positive int, got {depth!r}")
     counts: Counter[str] = Counter()
     for name, p in model.named_parameters():  # named_parameters also skips repeats of a shared tensor
         counts[".".join(name.split(".")[:depth])] += p.numel()

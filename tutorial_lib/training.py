@@ -6,9 +6,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -115,6 +116,8 @@ class TrainConfig:
             raise ValueError(f"lr must be > 0, got {self.lr!r}")
         if self.grad_clip is not None and not self.grad_clip > 0:
             raise ValueError(f"grad_clip must be > 0 or None, got {self.grad_clip!r}")
+        if self.schedule == "warmup_cosine" and self.warmup_steps > self.max_steps:
+            raise ValueError(f"warmup_steps={self.warmup_steps} must be <= max_steps={self.max_steps}")
 
     def lr_at(self, step: int, d_model: int | None = None) -> float:
         """The learning rate of update ``step`` (0-based). For "noam", ``lr`` scales Eq. (3) and ``d_model`` is needed."""

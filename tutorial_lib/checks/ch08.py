@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from tutorial_lib.checks.core import Case, Exercise, Mistake, register
 from tutorial_lib.counting import count_parameters
 from tutorial_lib.embeddings import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, TokenEmbedding
-from tutorial_lib.checks.core import Case, Exercise, Mistake, register
 from tutorial_lib.models.gpt import GPT, GPTConfig, gpt2_init_
 from tutorial_lib.normalization import LayerNorm
 
@@ -201,7 +201,8 @@ def _init_summary(model: GPT) -> tuple[torch.Tensor, ...]:
 
 def _init_cases(generator: torch.Generator) -> list[Case]:
     # d_model = 64: the smallest matrix has 2,048 entries, so a correct answer's RMS is within ~2% of its std
-    # (sampling error 1/√(2n)) and the 10% tolerance is never reached, while 1/√n_layers and 1/√(2·n_layers) differ by 41%.
+    # (sampling error 1/√(2n)) and the 10% tolerance is never reached, while 1/√n_layers and 1/√(2·n_layers)
+    # differ by 41%.
     cfg = GPTConfig(d_vocab=100, n_ctx=32, d_model=64, n_heads=4, n_layers=4)
     return [
         Case.of(model=_gpt_case(cfg)),
@@ -221,8 +222,9 @@ def _init_call(obj, args):
     return _init_summary(model)
 
 
-def _gpt2_init_like(*, residual_std=lambda n_layers: 0.02 / math.sqrt(2 * n_layers), residual_layers=("out_proj", "down"),
-                    every_linear=False, zero_biases=True, embeddings=(TokenEmbedding, LearnedPositionalEmbedding)):
+def _gpt2_init_like(*, residual_std=lambda n_layers: 0.02 / math.sqrt(2 * n_layers),
+                    residual_layers=("out_proj", "down"), every_linear=False, zero_biases=True,
+                    embeddings=(TokenEmbedding, LearnedPositionalEmbedding)):
     """A learner's GPT-2 initialisation; each keyword reproduces one way of getting it wrong."""
 
     def gpt2_init_(model):

@@ -101,8 +101,8 @@ SAMPLE = Exercise(
     call=lambda sample, args: _frequencies(sample, *args),
     tolerance=(0.0, FREQUENCY_TOLERANCE),
     checked=(
-        f"on {N_DRAWS:,} draws per row, the frequencies of the tokens drawn at T = 1, 0.5, 2 and 0.7 (float32 and "
-        f"float64) are softmax(logits / T) to within {FREQUENCY_TOLERANCE}, and T = 0 always draws the argmax"
+        f"{N_DRAWS:,} draws per row at T = 1, 0.5, 2 and 0.7 (float32 and float64) have the frequencies of "
+        f"softmax(logits / T) to within {FREQUENCY_TOLERANCE}, and T = 0 always draws the argmax"
     ),
     hint=(
         "divide the logits by T, take the softmax over the vocabulary (dim=-1), and draw one token per row with "

@@ -17,6 +17,7 @@ import torch
 from jaxtyping import Float, Int
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
 from torch import Tensor
 
 from tutorial_lib.models.gpt import GPT, GPTConfig, gpt2_init_
@@ -36,9 +37,9 @@ def residual_stream_stds(model: GPT, tokens: Int[Tensor, "batch seq"]) -> Float[
     output, the logits, is not needed).
     """
     stds: list[Tensor] = []
-    first = model.blocks[0]
-    handles = [first.register_forward_pre_hook(lambda module, args: stds.append(args[0].std()))]
-    handles += [block.register_forward_hook(lambda module, args, output: stds.append(output.std())) for block in model.blocks]
+    handles = [model.blocks[0].register_forward_pre_hook(lambda module, args: stds.append(args[0].std()))]
+    for block in model.blocks:
+        handles.append(block.register_forward_hook(lambda module, args, output: stds.append(output.std())))
     try:
         model(tokens)
     finally:
@@ -78,12 +79,17 @@ def residual_growth(
 
 def final_stds(growth: Mapping[tuple[int, bool], Tensor], scale_residual: bool) -> dict[int, float]:
     """``{n_layers: std after the last block}`` for one initialisation, from :func:`residual_growth`'s curves."""
-    return {n_layers: stds[-1].item() for (n_layers, scaled), stds in sorted(growth.items()) if scaled == scale_residual}
+    return {n_layers: stds[-1].item() for (n_layers, scaled), stds in sorted(growth.items())
+            if scaled == scale_residual}
 
 
 def depth_sweep(depths: Sequence[int], **kwargs: object) -> dict[tuple[int, bool], Tensor]:
     """:func:`residual_growth` for every depth, with and without the scaling: ``{(n_layers, scaled): stds}``."""
-    return {(n_layers, scaled): residual_growth(n_layers, scale_residual=scaled, **kwargs) for n_layers in depths for scaled in (True, False)}
+    return {
+        (n_layers, scaled): residual_growth(n_layers, scale_residual=scaled, **kwargs)
+        for n_layers in depths
+        for scaled in (True, False)
+    }
 
 
 def _draw_curves(ax: Axes, curves: Mapping[bool, Tensor]) -> None:
@@ -116,6 +122,9 @@ def plot_residual_growth(growth: Mapping[tuple[int, bool], Tensor]) -> Figure:
     right.plot(depths, guide, ":", color="grey", label="∝ √n_layers")
     right.set_xscale("log", base=2)
     right.set_yscale("log")
+    right.yaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))  # 0.05, 0.1, 0.2, 0.5 rather than 5×10⁻², 10⁻¹
+    right.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+    right.yaxis.set_minor_formatter(NullFormatter())
     right.set_xticks(depths, [str(n_layers) for n_layers in depths])
     right.set_xlabel("n_layers")
     right.set_ylabel("std after the last block")

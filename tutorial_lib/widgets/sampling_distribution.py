@@ -161,6 +161,40 @@ def plot_sampling_grid(
     return fig
 
 
+def plot_entropy_vs_temperature(logits: Float[Tensor, " d_vocab"], temperatures: Sequence[float]) -> Figure:
+    """Entropy of softmax(logits / T) against T (log scale), between its limits: 0 (greedy) and ln d_vocab (uniform)."""
+    if logits.dim() != 1:
+        raise ValueError(f"logits must be 1-D (d_vocab,), got shape {tuple(logits.shape)}")
+    if not temperatures or min(temperatures) <= 0:
+        raise ValueError(f"temperatures must be a non-empty sequence of positive numbers, got {temperatures!r}")
+    values = [entropy(filtered_distribution(logits, temperature=t)).item() for t in temperatures]
+    fig, ax = new_figure(1, 1, figsize=(5.5, 3.2))
+    ax.plot(temperatures, values, "o-", label="entropy of softmax(logits / T)")
+    ax.axhline(torch.log(torch.tensor(float(logits.numel()))).item(), color="0.6", linestyle="--",
+               label=f"ln {logits.numel()} (uniform: T → ∞)")
+    ax.axhline(0.0, color="0.6", linestyle=":", label="0 (greedy: T → 0)")
+    ax.axvline(1.0, color="C1", linewidth=0.8, label="T = 1: the model's own distribution")
+    ax.set(xscale="log", xlabel="temperature T", ylabel="entropy (nats)", title="Entropy of the next-token distribution")
+    ax.legend(fontsize="small")
+    return fig
+
+
+def plot_nucleus_sizes(sizes: Int[Tensor, " seq"], labels: Sequence[str], *, top_p: float, top_k: int | None = None) -> Figure:
+    """Bar chart of the nucleus size at each position of a text, the character that follows under each bar; a line
+    at ``top_k``, the size top-k would use everywhere."""
+    if sizes.dim() != 1 or len(labels) != sizes.numel():
+        raise ValueError(f"sizes must be 1-D with one label per position: {tuple(sizes.shape)} sizes, {len(labels)} labels")
+    fig, ax = new_figure(1, 1, figsize=(max(6.0, 0.16 * sizes.numel()), 3.0))
+    ax.bar(range(sizes.numel()), sizes.numpy(), color="C0", width=0.8)
+    if top_k is not None:
+        ax.axhline(top_k, color="C1", linestyle="--", label=f"top-k = {top_k}")
+        ax.legend(loc="upper right", fontsize="small")
+    ax.set_xticks(range(sizes.numel()), [visible_label(label) for label in labels], fontsize="small")
+    ax.set_xlim(-0.6, sizes.numel() - 0.4)
+    ax.set(ylabel="tokens in the nucleus", title=f"Nucleus size (top-p = {top_p:g}) before each character of the text")
+    return fig
+
+
 def sampling_distribution_widget(
     logits: Float[Tensor, " d_vocab"],
     labels: Sequence[str],
@@ -206,6 +240,8 @@ __all__ = [
     "entropy",
     "filtered_distribution",
     "next_token_logits",
+    "plot_entropy_vs_temperature",
+    "plot_nucleus_sizes",
     "plot_sampling_distribution",
     "plot_sampling_grid",
     "sampling_distribution_widget",

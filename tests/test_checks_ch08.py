@@ -1,0 +1,197 @@
+"""Chapter 08's checks: answers written as learners write them, right and wrong, and the exercises notebook.
+
+The learner functions below are written independently of the catalogue's own implementations in
+``tutorial_lib/checks/ch08.py``: a mistake must be recognised by what it does, not by how it is spelt.
+``tests/test_checks.py`` already checks, for every chapter, that the reference passes and that each catalogue
+variant is named.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from tutorial_lib import grade
+from tutorial_lib.checks import chapter_exercises, check, get_exercise
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# --- 08.count_parameters ----------------------------------------------------------------------------------------------
+
+
+def count_by_dict_of_ids(model):
+    unique = {id(p): p for p in model.parameters()}
+    return sum(p.numel() for p in unique.values())
+
+
+def count_state_dict(model):
+    return sum(v.numel() for _, v in model.state_dict().items())
+
+
+def count_with_repeats(model):
+    total = 0
+    for _, parameter in model.named_parameters(remove_duplicate=False):
+        total += parameter.numel()
+    return total
+
+
+def count_parameters_and_buffers(model):
+    return sum(t.numel() for t in itertools.chain(model.parameters(), model.buffers()))
+
+
+def count_trainable(model):
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def count_tensors(model):
+    return sum(1 for _ in model.parameters())
+
+
+# --- 08.gpt2_init (nanoGPT's way, by parameter name) ----------------------------------------------------------------
+
+
+def nanogpt_style(*, embedding_types=None, residual=lambda n: 0.02 / math.sqrt(2 * n),
+                  names=("out_proj.weight", "down.weight"), zero_bias=True, all_linear=False):
+    def init(model):
+        from tutorial_lib.embeddings import LearnedPositionalEmbedding, TokenEmbedding
+
+        types = embedding_types or (TokenEmbedding, LearnedPositionalEmbedding)
+
+        def init_module(module):
+            if isinstance(module, nn.Linear):
+                torch.nn.init.normal_(module.weight, mean=0.0, std=residual(model.cfg.n_layers) if all_linear else 0.02)
+                if module.bias is not None and zero_bias:
+                    torch.nn.init.zeros_(module.bias)
+            elif isinstance(module, types):
+                torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+        model.apply(init_module)
+        if not all_linear:
+            for name, p in model.named_parameters():
+                if name.endswith(names):
+                    torch.nn.init.normal_(p, mean=0.0, std=residual(model.cfg.n_layers))
+
+    return init
+
+
+# --- 08.gpt_forward ---------------------------------------------------------------------------------------------------
+
+
+def forward_like(*, positions="in", causal=True, norm=True, scale=1.0, last=False, softmax=False, seq_axis=1):
+    def forward(model, tokens):
+        length = tokens.size(seq_axis)
+        h = model.embed(tokens) * scale
+        if positions == "in":
+            h = h + model.pos_embed.weight[:length]
+        for block in model.blocks:
+            h = block(h, causal=causal)
+        if positions == "out":
+            h = h + model.pos_embed.weight[:length]
+        if norm:
+            h = model.ln_final(h)
+        logits = h @ model.unembed.weight.T
+        if last:
+            logits = logits[:, -1, :]
+        return logits.softmax(-1) if softmax else logits
+
+    return forward
+
+
+LEARNER_MISTAKES = [
+    ("08.count_parameters", count_state_dict, "summed_state_dict"),
+    ("08.count_parameters", count_with_repeats, "counted_tied_matrix_twice"),
+    ("08.count_parameters", count_parameters_and_buffers, "counted_buffers"),
+    ("08.count_parameters", count_trainable, "trainable_only"),
+    ("08.count_parameters", count_tensors, "counted_tensors"),
+    ("08.gpt2_init", nanogpt_style(names=()), "no_residual_scaling"),
+    ("08.gpt2_init", nanogpt_style(residual=lambda n: 0.02 * n**-0.5), "scaled_by_sqrt_n_layers"),
+    ("08.gpt2_init", nanogpt_style(residual=lambda n: 0.02 / 2 / n), "forgot_square_root"),
+    ("08.gpt2_init", nanogpt_style(all_linear=True), "scaled_every_linear"),
+    ("08.gpt2_init", nanogpt_style(names=("out_proj.weight", "up.weight")), "scaled_ffn_up"),
+    ("08.gpt2_init", nanogpt_style(zero_bias=False), "biases_not_zeroed"),
+    ("08.gpt2_init", nanogpt_style(embedding_types=(nn.Embedding,)), "embeddings_not_initialised"),
+    ("08.gpt_forward", forward_like(norm=False), "no_final_norm"),
+    ("08.gpt_forward", forward_like(positions="none"), "no_positions"),
+    ("08.gpt_forward", forward_like(positions="out"), "positions_after_blocks"),
+    ("08.gpt_forward", forward_like(seq_axis=0), "positions_from_batch_axis"),
+    ("08.gpt_forward", forward_like(causal=False), "not_causal"),
+    ("08.gpt_forward", forward_like(scale=32**0.5), "scaled_embeddings"),
+    ("08.gpt_forward", forward_like(softmax=True), "returned_probabilities"),
+    ("08.gpt_forward", forward_like(last=True), "last_position_only"),
+]
+
+
+@pytest.mark.parametrize(
+    ("exercise_id", "learner", "mistake"), LEARNER_MISTAKES, ids=[mistake for _, _, mistake in LEARNER_MISTAKES]
+)
+def test_a_learners_mistake_is_named(exercise_id, learner, mistake):
+    result = check(exercise_id, learner)
+    named = next(m for m in get_exercise(exercise_id).mistakes if m.name == mistake)
+    assert not result.passed and result.points == 0
+    assert result.mistake == mistake, result.verdict
+    assert f"It looks like you {named.description}." in result.verdict
+
+
+def test_every_catalogued_mistake_has_a_learner_version_here():
+    catalogued = {(exercise.id, mistake.name) for exercise in chapter_exercises("08") for mistake in exercise.mistakes}
+    assert catalogued == {(exercise_id, mistake) for exercise_id, _, mistake in LEARNER_MISTAKES}
+
+
+@pytest.mark.parametrize(
+    ("exercise_id", "answer"),
+    [
+        ("08.count_parameters", count_by_dict_of_ids),
+        ("08.gpt2_init", nanogpt_style()),
+        ("08.gpt_forward", forward_like()),
+    ],
+    ids=["dict-of-ids", "nanogpt-style", "matmul-unembedding"],
+)
+def test_a_correct_answer_written_differently_passes(exercise_id, answer):
+    result = check(exercise_id, answer)
+    assert result.passed, result.verdict
+
+
+def test_an_initialisation_that_assumes_every_linear_has_a_bias_shows_the_line():
+    """The unembedding has no bias (nor has any layer of a ``bias=False`` GPT): ``zeros_(None)`` raises."""
+
+    def zeroes_every_bias(model):
+        nanogpt_style()(model)
+        for module in model.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.zeros_(module.bias)
+
+    result = check("08.gpt2_init", zeroes_every_bias)
+    assert result.kind == "raised" and result.mistake is None
+    assert "AttributeError: 'NoneType' object has no attribute 'zero_'" in result.verdict
+    assert "of your code: `nn.init.zeros_(module.bias)`" in result.verdict
+
+
+def test_the_forward_check_sees_the_causal_mask_and_long_verdicts_stay_short():
+    result = check("08.gpt_forward", forward_like(causal=False))
+    assert "<a GPT with d_vocab=50, n_ctx=16, d_model=32, n_heads=4, n_layers=2, tied embeddings>" in result.verdict
+    assert "\n" not in result.verdict and len(result.verdict) < 600
+
+
+def test_the_checks_build_fresh_models_so_a_learner_cannot_change_what_the_reference_sees():
+    def counts_then_grows_the_model(model):
+        count = sum(p.numel() for p in model.parameters())
+        model.add_module("extra", nn.Linear(10, 10))  # the reference, run after it on the same case, must not see this
+        return count
+
+    assert check("08.count_parameters", counts_then_grows_the_model).passed
+
+
+def test_a_fresh_exercises_notebook_runs_and_scores_zero():
+    result = grade.grade_notebook(ROOT / "exercises" / "08_gpt.ipynb")
+    assert result.status == "ran to the end"
+    assert [(g.exercise_id, g.points, g.max_points, g.summary) for g in result.exercises] == [
+        ("08.count_parameters", 0, 1, "not attempted yet"),
+        ("08.gpt2_init", 0, 2, "not attempted yet"),
+        ("08.gpt_forward", 0, 2, "not attempted yet"),
+    ]

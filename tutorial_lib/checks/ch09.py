@@ -1,0 +1,416 @@
+"""Chapter 09's exercises: the warm-up + cosine schedule, one training step, and the batches of a language model.
+
+- ``09.warmup_cosine_lr`` is checked on the whole curve: the learner's function at every update of a run and ten
+  steps past its end, so a warm-up one step off, a cosine cut short or one that climbs back up all show.
+- ``09.train_step`` runs the learner's step three times on a tiny seeded GPT (float64, with dropout, handed over in
+  eval mode, as after an evaluation) and compares the losses it returns and the parameters it leaves with one update
+  of the package's own :func:`~tutorial_lib.training.train` each. Plain SGD makes every update ``lr · gradient``, so
+  accumulated, doubled, unclipped or zeroed gradients all move the parameters differently (Adam's update hardly
+  depends on the gradient's scale, which would hide some of them).
+- ``09.get_batch`` prescribes how the offsets are drawn (one ``torch.randint`` with the generator), so the learner's
+  batches can be compared with the reference's exactly; a window that may run past the end of the data then either
+  raises or draws other offsets, and both are recognised.
+
+Every case rebuilds its generator and model from a seed, so the learner, the reference and every catalogued mistake
+see the same inputs. As in ``ch03``, the mistakes are written the way a learner would write them, unannotated.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from tutorial_lib.checks.core import Case, Exercise, Mistake, register
+from tutorial_lib.data.shakespeare import get_batch
+from tutorial_lib.models.gpt import GPT, GPTConfig
+from tutorial_lib.training import TrainConfig, language_model_loss, make_adamw, train, warmup_cosine_lr
+
+# --- 09.warmup_cosine_lr ----------------------------------------------------------------------------------------------
+
+EXTRA_STEPS = 10  # steps checked past total_steps: the schedule must stay at min_lr
+
+
+def _as_float(value, what: str) -> float:
+    """A learner's number as a float; anything else is refused with a message that says what was expected."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return float(value.item())
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value)
+    raise TypeError(f"{what} must return a number (a Python float), got {type(value).__name__}")
+
+
+def _lr_curve(fn, args) -> torch.Tensor:
+    max_lr, warmup_steps, total_steps, min_lr = args
+    return torch.tensor(
+        [
+            _as_float(fn(step, max_lr=max_lr, warmup_steps=warmup_steps, total_steps=total_steps, min_lr=min_lr),
+                      "warmup_cosine_lr")
+            for step in range(total_steps + EXTRA_STEPS)
+        ],
+        dtype=torch.float64,
+    )
+
+
+def _schedule_cases(generator: torch.Generator) -> list[Case]:
+    return [
+        Case.of(max_lr=1e-3, warmup_steps=10, total_steps=50, min_lr=1e-4, note="steps 0 to 59"),
+        Case.of(max_lr=0.5, warmup_steps=0, total_steps=20, min_lr=0.05, note="no warm-up, steps 0 to 29"),
+        Case.of(max_lr=3e-4, warmup_steps=8, total_steps=8, min_lr=0.0, note="the whole run is warm-up, steps 0 to 17"),
+        Case.of(max_lr=1.0, warmup_steps=1, total_steps=3, min_lr=0.25, note="steps 0 to 12"),
+    ]
+
+
+def _cosine(step, max_lr, min_lr, start, length):
+    progress = (step - start) / max(1, length)
+    return min_lr + 0.5 * (max_lr - min_lr) * (1 + math.cos(math.pi * progress))
+
+
+def _no_warmup(step, *, max_lr, warmup_steps, total_steps, min_lr=0.0):
+    if step >= total_steps:
+        return min_lr
+    return _cosine(step, max_lr, min_lr, 0, total_steps)
+
+
+def _warmup_from(numerator_offset: int, denominator_offset: int):
+    def warmup_cosine_lr(step, *, max_lr, warmup_steps, total_steps, min_lr=0.0):
+        if step < warmup_steps:
+            return max_lr * (step + numerator_offset) / (warmup_steps + denominator_offset)
+        if step >= total_steps:
+            return min_lr
+        return _cosine(step, max_lr, min_lr, warmup_steps, total_steps - warmup_steps)
+
+    return warmup_cosine_lr
+
+
+def _cosine_from_step_zero(step, *, max_lr, warmup_steps, total_steps, min_lr=0.0):
+    if step < warmup_steps:
+        return max_lr * (step + 1) / warmup_steps
+    if step >= total_steps:
+        return min_lr
+    return _cosine(step, max_lr, min_lr, 0, total_steps)
+
+
+def _cut_short(step, *, max_lr, warmup_steps, total_steps, min_lr=0.0):
+    if step < warmup_steps:
+        return max_lr * (step + 1) / warmup_steps
+    if step >= total_steps:
+        return min_lr
+    return _cosine(step, max_lr, min_lr, warmup_steps, total_steps)  # the cosine's length should be total - warmup
+
+
+def _to_zero(after_end: Callable[[float], float]):
+    def warmup_cosine_lr(step, *, max_lr, warmup_steps, total_steps, min_lr=0.0):
+        if step < warmup_steps:
+            return max_lr * (step + 1) / warmup_steps
+        if step >= total_steps:
+            return after_end(min_lr)
+        return _cosine(step, max_lr, 0.0, warmup_steps, total_steps - warmup_steps)
+
+    return warmup_cosine_lr
+
+
+def _amplitude_max_lr(step, *, max_lr, warmup_steps, total_steps, min_lr=0.0):
+    if step < warmup_steps:
+        return max_lr * (step + 1) / warmup_steps
+    if step >= total_steps:
+        return min_lr
+    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    return min_lr + 0.5 * max_lr * (1 + math.cos(math.pi * progress))
+
+
+def _no_clamp(step, *, max_lr, warmup_steps, total_steps, min_lr=0.0):
+    if step < warmup_steps:
+        return max_lr * (step + 1) / warmup_steps
+    return _cosine(step, max_lr, min_lr, warmup_steps, total_steps - warmup_steps)
+
+
+WARMUP_COSINE_LR = Exercise(
+    id="09.warmup_cosine_lr",
+    reference=warmup_cosine_lr,
+    cases=_schedule_cases,
+    points=1,
+    call=_lr_curve,
+    outputs=("the curve of learning rates",),
+    tolerance=(1e-9, 1e-15),  # learning rates as small as 1e-4 must match to rounding, not to 1e-5
+    checked=(
+        "the learning rate at every update of four runs (10 warm-up updates of 50, none of 20, all 8 of 8, 1 of 3) "
+        "and 10 steps past their end: a linear warm-up from max_lr / warmup_steps, half a cosine from max_lr to "
+        "min_lr, then min_lr"
+    ),
+    hint=(
+        "update `step` (0-based) of the warm-up gets max_lr · (step + 1) / warmup_steps; from step = warmup_steps the "
+        "cosine's progress (step − warmup_steps) / (total_steps − warmup_steps) goes from 0 to 1, giving "
+        "min_lr + ½ (max_lr − min_lr)(1 + cos(π · progress)); from step = total_steps on, min_lr."
+    ),
+    mistakes=(
+        Mistake("no_warmup", "left out the warm-up: the cosine starts at max_lr from the first update",
+                "While `step < warmup_steps`, return `max_lr * (step + 1) / warmup_steps`, and start the cosine's "
+                "clock at `warmup_steps`.", (_no_warmup,)),
+        Mistake("warmup_off_by_one", "put the warm-up one step off",
+                "Update `step` counts from 0: the first update gets `max_lr * 1 / warmup_steps` (not 0, which wastes "
+                "it) and the last warm-up update, `step = warmup_steps - 1`, reaches exactly max_lr: "
+                "`max_lr * (step + 1) / warmup_steps`.", (_warmup_from(0, 0), _warmup_from(1, 1))),
+        Mistake("cosine_from_step_zero", "started the cosine's clock at step 0 instead of at the end of the warm-up",
+                "After the warm-up the rate should start its descent from max_lr: "
+                "`progress = (step - warmup_steps) / (total_steps - warmup_steps)`.", (_cosine_from_step_zero,)),
+        Mistake("never_reaches_min_lr", "divided the cosine's progress by total_steps, so it ends above min_lr",
+                "The descent lasts `total_steps - warmup_steps` updates: divide by that, so progress reaches 1 (and "
+                "the rate min_lr) at total_steps.", (_cut_short,)),
+        Mistake("decays_below_min_lr", "let the cosine decay to 0 instead of to min_lr",
+                "Interpolate between the two: `min_lr + 0.5 * (max_lr - min_lr) * (1 + math.cos(math.pi * progress))`.",
+                (_to_zero(lambda min_lr: min_lr), _to_zero(lambda min_lr: 0.0))),
+        Mistake("cosine_amplitude", "scaled the cosine by max_lr instead of max_lr − min_lr, so it starts above max_lr",
+                "The half cosine spans max_lr − min_lr: `min_lr + 0.5 * (max_lr - min_lr) * (1 + cos(...))`.",
+                (_amplitude_max_lr,)),
+        Mistake("no_clamp_after_total", "let the cosine climb back up after total_steps",
+                "A cosine is periodic: from `step >= total_steps` on, return min_lr.", (_no_clamp,)),
+    ),
+)
+
+
+# --- 09.train_step ----------------------------------------------------------------------------------------------------
+
+# Tiny, in float64 so that every mistake moves the parameters far beyond rounding; dropout makes the mode matter.
+_STEP_MODEL = GPTConfig(d_vocab=13, n_ctx=8, d_model=16, n_heads=2, n_layers=1, dropout=0.1)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """How a case trains: a fresh seeded model and optimizer per call; verdicts show ``<description>``."""
+
+    description: str
+    optimizer: str  # "sgd" | "adamw"
+    lr: float
+    eval_mode: bool  # hand the model over in eval mode, as it is after an evaluation
+    seed: int = 0
+
+    def build(self) -> tuple[nn.Module, torch.optim.Optimizer]:
+        torch.manual_seed(self.seed)
+        model = GPT(_STEP_MODEL).double().train(not self.eval_mode)
+        if self.optimizer == "sgd":
+            return model, torch.optim.SGD(model.parameters(), lr=self.lr)
+        return model, make_adamw(model, lr=self.lr, weight_decay=0.1)
+
+    def __repr__(self) -> str:
+        return f"<{self.description}>"
+
+
+def _step_cases(generator: torch.Generator) -> list[Case]:
+    def tokens(n_steps: int) -> torch.Tensor:  # (n_steps, batch, n_ctx + 1): each step's inputs and targets
+        return torch.randint(_STEP_MODEL.d_vocab, (n_steps, 4, _STEP_MODEL.n_ctx + 1), generator=generator)
+
+    return [
+        Case.of(run=_Run("a 1-layer GPT with dropout 0.1, in eval mode; SGD, lr 0.5", "sgd", 0.5, eval_mode=True),
+                tokens=tokens(3), grad_clip=0.05, note="3 steps, clipping active"),
+        Case.of(run=_Run("the same GPT, in train mode; SGD, lr 0.5", "sgd", 0.5, eval_mode=False, seed=1),
+                tokens=tokens(2), grad_clip=None, note="2 steps, no clipping"),
+        Case.of(run=_Run("the same GPT, in eval mode; AdamW (make_adamw), lr 0.01", "adamw", 0.01, eval_mode=True, seed=2),
+                tokens=tokens(3), grad_clip=1.0, note="3 steps"),
+    ]
+
+
+def _run_steps(obj, args) -> tuple[torch.Tensor, torch.Tensor]:
+    run, tokens, grad_clip = args
+    with torch.random.fork_rng(devices=[]):  # model init and dropout draw from the global generator: restore it after
+        model, optimizer = run.build()
+        losses = [
+            _as_float(obj(model, (batch[:, :-1], batch[:, 1:]), language_model_loss, optimizer, grad_clip), "train_step")
+            for batch in tokens
+        ]
+    parameters = torch.cat([p.detach().flatten() for p in model.parameters()])
+    return torch.tensor(losses, dtype=torch.float64), parameters
+
+
+def reference_train_step(model, batch, loss_fn, optimizer, grad_clip=None) -> float:
+    """One update exactly as :func:`~tutorial_lib.training.train` makes it: one step of ``train`` itself."""
+    cfg = TrainConfig(max_steps=1, lr=optimizer.param_groups[0]["lr"], warmup_steps=0, schedule="constant", grad_clip=grad_clip)
+    history = train(model, lambda: batch, loss_fn, cfg, device="cpu", optimizer=optimizer, progress=False)
+    return history.train_loss[0]
+
+
+def _step(*, train_mode=True, zero_grad="before", backward=1, retain_graph=False, clip="after_backward", step=True):
+    """A learner's training step; each keyword reproduces one way of getting it wrong."""
+
+    def train_step(model, batch, loss_fn, optimizer, grad_clip=None):
+        def clip_now():
+            if grad_clip is not None:
+                if clip == "value":
+                    nn.utils.clip_grad_value_(model.parameters(), grad_clip)
+                else:
+                    nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+
+        if train_mode:
+            model.train()
+        if zero_grad == "before":
+            optimizer.zero_grad()
+        loss = loss_fn(model, batch)
+        if clip == "before_backward":
+            clip_now()
+        for _ in range(backward):
+            loss.backward(retain_graph=retain_graph)
+        if zero_grad == "after_backward":
+            optimizer.zero_grad()
+        if clip in ("after_backward", "value"):
+            clip_now()
+        if step:
+            optimizer.step()
+        if clip == "after_step":
+            clip_now()
+        return loss.item()
+
+    return train_step
+
+
+TRAIN_STEP = Exercise(
+    id="09.train_step",
+    reference=reference_train_step,
+    cases=_step_cases,
+    points=2,
+    call=_run_steps,
+    outputs=("the sequence of returned losses", "the parameter vector after the steps"),
+    tolerance=(1e-9, 1e-12),  # float64 and the same operations: a correct step agrees to rounding
+    checked=(
+        "two or three steps of a tiny GPT with dropout, handed over in eval mode or train mode, with SGD and with "
+        "AdamW, with and without clipping: the same losses and the same parameters as the package's `train`"
+    ),
+    hint=(
+        "in order: `model.train()`, the loss, `optimizer.zero_grad()`, `loss.backward()`, "
+        "`nn.utils.clip_grad_norm_(model.parameters(), grad_clip)` when grad_clip is not None, `optimizer.step()`, "
+        "and return `loss.item()`."
+    ),
+    mistakes=(
+        Mistake("no_train_mode", "did not put the model in training mode",
+                "A model handed over after an evaluation is in eval mode, where dropout is off: call `model.train()` "
+                "first.", (_step(train_mode=False),)),
+        Mistake("no_zero_grad", "forgot `optimizer.zero_grad()`, so the gradients of every step accumulate",
+                "`backward()` adds to `.grad`; clear it before each backward pass with `optimizer.zero_grad()`.",
+                (_step(zero_grad="never"),)),
+        Mistake("backward_twice", "called `loss.backward()` twice",
+                "Once per step: a second call either fails (the graph is freed) or, with `retain_graph=True`, "
+                "doubles the gradient.", (_step(backward=2), _step(backward=2, retain_graph=True))),
+        Mistake("clipped_at_the_wrong_time",
+                "clipped the gradients at the wrong moment (or not at all), so the update used unclipped gradients",
+                "Clipping changes `.grad`, so it must come after `loss.backward()` (which fills it) and before "
+                "`optimizer.step()` (which reads it).",
+                (_step(clip="after_step"), _step(clip="before_backward"), _step(clip="never"))),
+        Mistake("clipped_values", "clipped each gradient entry (`clip_grad_value_`) instead of the gradient's norm",
+                "`nn.utils.clip_grad_norm_` rescales the whole gradient when its norm exceeds grad_clip, keeping its "
+                "direction; clipping entries one by one changes the direction.", (_step(clip="value"),)),
+        Mistake("no_update", "made no update: `optimizer.step()` is missing, or the gradients were cleared "
+                "between `backward()` and `step()`",
+                "`optimizer.step()` applies the update from `.grad`: clear the gradients before `loss.backward()`, "
+                "never between it and the step, and do call the step.",
+                (_step(step=False), _step(zero_grad="after_backward"))),
+    ),
+)
+
+
+# --- 09.get_batch -----------------------------------------------------------------------------------------------------
+
+
+def _batch_cases(generator: torch.Generator) -> list[Case]:
+    return [
+        Case.of(data=torch.randint(65, (200,), generator=generator), batch_size=8, n_ctx=16, seed=0),
+        Case.of(data=torch.randint(65, (10,), generator=generator), batch_size=32, n_ctx=4, seed=1,
+                note="short data: every start is drawn, the last valid one included"),
+        Case.of(data=torch.randint(65, (9,), generator=generator), batch_size=3, n_ctx=8, seed=2,
+                note="a single valid window"),
+    ]
+
+
+def _draw_batch(obj, args):
+    data, batch_size, n_ctx, seed = args
+    with torch.random.fork_rng(devices=[]):
+        # Another seed for the global generator: a function that ignores `generator` draws other offsets.
+        torch.manual_seed(seed + 1000)
+        return obj(data, batch_size, n_ctx, torch.Generator().manual_seed(seed))
+
+
+def _windows_by_slicing(n_starts: Callable[[int, int], int], *, x_shift: int = 0, y_shift: int = 1, use_generator=True):
+    """A learner's get_batch with a loop over slices (nanoGPT's way); each keyword reproduces one way of getting it wrong."""
+
+    def get_batch(data, batch_size, n_ctx, generator):
+        high = n_starts(len(data), n_ctx)
+        starts = torch.randint(high, (batch_size,), generator=generator if use_generator else None)
+        x = torch.stack([data[s + x_shift : s + x_shift + n_ctx] for s in starts])
+        y = torch.stack([data[s + y_shift : s + y_shift + n_ctx] for s in starts])
+        return x, y
+
+    return get_batch
+
+
+def _windows_by_indexing(n_starts: Callable[[int, int], int]):
+    def get_batch(data, batch_size, n_ctx, generator):
+        starts = torch.randint(n_starts(len(data), n_ctx), (batch_size,), generator=generator)
+        windows = data[starts[:, None] + torch.arange(n_ctx + 1)]
+        return windows[:, :-1], windows[:, 1:]
+
+    return get_batch
+
+
+def _correct_starts(length, n_ctx):
+    return length - n_ctx
+
+
+def _one_too_many(length, n_ctx):
+    return length - n_ctx + 1
+
+
+def _whole_length(length, n_ctx):
+    return length
+
+
+def _one_too_few(length, n_ctx):
+    return length - n_ctx - 1
+
+
+def _swapped(data, batch_size, n_ctx, generator):
+    x, y = get_batch(data, batch_size, n_ctx, generator)
+    return y, x
+
+
+GET_BATCH = Exercise(
+    id="09.get_batch",
+    reference=lambda data, batch_size, n_ctx, generator: get_batch(data, batch_size, n_ctx, generator),
+    cases=_batch_cases,
+    points=1,
+    call=_draw_batch,
+    outputs=("x", "y"),
+    checked=(
+        "batches of 8 windows from 200 tokens, 32 windows from 10 tokens (every start drawn) and 3 from 9 tokens (one "
+        "valid window): x the windows, y the same windows one token later"
+    ),
+    hint=(
+        "a window and its target span n_ctx + 1 tokens, so the valid starts are 0 … len(data) − n_ctx − 1: draw "
+        "`starts = torch.randint(len(data) - n_ctx, (batch_size,), generator=generator)`, then x[b] = "
+        "data[s : s + n_ctx] and y[b] = data[s + 1 : s + 1 + n_ctx]."
+    ),
+    mistakes=(
+        Mistake("y_not_shifted", "returned the same windows as inputs and targets",
+                "Position t must predict the *next* token: `y = data[s + 1 : s + 1 + n_ctx]`.",
+                (_windows_by_slicing(_correct_starts, y_shift=0),)),
+        Mistake("shifted_the_wrong_way", "shifted the targets the wrong way",
+                "x is the window and y the window one token *later*: `x = data[s : s + n_ctx]`, "
+                "`y = data[s + 1 : s + 1 + n_ctx]`; y must not be the earlier one.",
+                (_swapped, _windows_by_slicing(_correct_starts, x_shift=1, y_shift=0),
+                 _windows_by_slicing(_correct_starts, y_shift=-1))),
+        Mistake("runs_past_the_end", "drew starts whose target window runs past the end of the data",
+                "x and y together span n_ctx + 1 tokens, so the last valid start is len(data) − n_ctx − 1: "
+                "`torch.randint(len(data) - n_ctx, ...)` draws exactly the valid ones.",
+                (_windows_by_slicing(_one_too_many), _windows_by_indexing(_one_too_many),
+                 _windows_by_slicing(_whole_length), _windows_by_indexing(_whole_length))),
+        Mistake("misses_the_last_window", "never drew the last valid window",
+                "`torch.randint(high, ...)` draws 0 … high − 1, so `high = len(data) - n_ctx` already excludes the "
+                "windows that would run past the end.", (_windows_by_slicing(_one_too_few),)),
+        Mistake("ignored_the_generator", "drew the offsets without the generator",
+                "Pass `generator=generator` to `torch.randint`: a seeded generator is what makes the batches "
+                "reproducible.", (_windows_by_slicing(_correct_starts, use_generator=False),)),
+    ),
+)
+
+register(WARMUP_COSINE_LR, TRAIN_STEP, GET_BATCH)
