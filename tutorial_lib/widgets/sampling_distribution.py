@@ -86,8 +86,9 @@ def _draw(
     top_p: float | None,
     n_shown: int,
     title: str | None,
-) -> None:
-    """Bars of the filtered distribution over the ``n_shown`` most likely tokens (in the model's own order).
+) -> float:
+    """Bars of the filtered distribution over the ``n_shown`` most likely tokens (in the model's own order); returns
+    the tallest bar's height, for the caller's y-axis.
 
     Behind each bar, in grey, the probability at this temperature before filtering: what the filters cut away.
     """
@@ -100,7 +101,6 @@ def _draw(
         ax.bar(x, unfiltered[order].numpy(), color="0.85", width=0.8, label="before the filters")
     ax.bar(x, probs[order].numpy(), color=["C0" if kept[i] else "0.85" for i in order], width=0.55, label="kept, renormalised")
     ax.set_xticks(list(x), [visible_label(labels[i]) for i in order], fontsize="small")
-    ax.set_ylim(0, 1)
     ax.set_xlim(-0.6, len(order) - 0.4)
     heading = "greedy (T = 0)" if temperature == 0 else f"T = {temperature:g}, {_filter_text(top_k, top_p)}"
     ax.set_title(title or heading, fontsize="medium")
@@ -108,6 +108,12 @@ def _draw(
         0.98, 0.95, f"{int(kept.sum())} kept\nentropy {entropy(probs):.2f} nats",
         transform=ax.transAxes, ha="right", va="top", fontsize="small",
     )
+    return max(probs.max().item(), 0.0 if unfiltered is None else unfiltered.max().item())
+
+
+def _y_limit(tallest: float) -> float:
+    """Room above the tallest bar for the panel's text, never above 1."""
+    return min(1.0, 1.35 * tallest)
 
 
 def _check_labels(logits: Tensor, labels: Sequence[str], n_shown: int) -> None:
@@ -133,7 +139,8 @@ def plot_sampling_distribution(
     and the entropy."""
     _check_labels(logits, labels, n_shown)
     fig, ax = new_figure(1, 1, figsize=(7.5, 3.2))
-    _draw(ax, logits, labels, temperature, top_k, top_p, n_shown, title)
+    tallest = _draw(ax, logits, labels, temperature, top_k, top_p, n_shown, title)
+    ax.set_ylim(0, _y_limit(tallest))
     ax.set(xlabel="next character (most likely first)", ylabel="probability")
     ax.legend(loc="center right", fontsize="small")
     return fig
@@ -153,9 +160,12 @@ def plot_sampling_grid(
         len(temperatures), len(filters), figsize=(3.6 * len(filters), 2.3 * len(temperatures)),
         squeeze=False, sharey=True,
     )
-    for row, temperature in enumerate(temperatures):
-        for column, (label, top_k, top_p) in enumerate(filters):
-            _draw(axes[row, column], logits, labels, temperature, top_k, top_p, n_shown, f"T = {temperature:g}, {label}")
+    tallest = max(
+        _draw(axes[row, column], logits, labels, temperature, top_k, top_p, n_shown, f"T = {temperature:g}, {label}")
+        for row, temperature in enumerate(temperatures)
+        for column, (label, top_k, top_p) in enumerate(filters)
+    )
+    axes[0, 0].set_ylim(0, _y_limit(tallest))  # shared by every panel
     for ax in axes[:, 0]:
         ax.set_ylabel("probability")
     return fig
@@ -191,7 +201,8 @@ def plot_nucleus_sizes(sizes: Int[Tensor, " seq"], labels: Sequence[str], *, top
         ax.legend(loc="upper right", fontsize="small")
     ax.set_xticks(range(sizes.numel()), [visible_label(label) for label in labels], fontsize="small")
     ax.set_xlim(-0.6, sizes.numel() - 0.4)
-    ax.set(ylabel="tokens in the nucleus", title=f"Nucleus size (top-p = {top_p:g}) before each character of the text")
+    ax.set(xlabel="the character to predict", ylabel="tokens in the nucleus",
+           title=f"Nucleus size at top-p = {top_p:g}, position by position")
     return fig
 
 
