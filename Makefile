@@ -32,7 +32,8 @@ test-unit: venv
 	$(PY) -m pytest tests
 
 # Notebook kernels: CPU outputs (the stored ones) and the inline backend (the agg exported above shows no figure).
-NOTEBOOK_ENV := TUTORIAL_LIB_DEVICE=cpu MPLBACKEND=module://matplotlib_inline.backend_inline HF_HUB_OFFLINE=1
+# One thread: training on 2 threads is not bit-reproducible on this CPU (2e-5 apart after 5 updates), 1 thread is.
+NOTEBOOK_ENV := TUTORIAL_LIB_DEVICE=cpu MPLBACKEND=module://matplotlib_inline.backend_inline HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1
 
 ## execute: run every notebook top to bottom in a fresh kernel and store its outputs and widget state in place
 execute: venv

@@ -153,6 +153,19 @@ def test_ignored_outputs_are_pinned_by_an_assert(path):
     assert unpinned == [], "a cell whose output nbval ignores must assert the claim it shows"
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_ignore_markers_are_ones_nbval_honours(path):
+    """nbval ignores a cell's output only for a comment that is exactly ``# NBVAL_IGNORE_OUTPUT``; a marker with
+    more on its line (``# NBVAL_IGNORE_OUTPUT: why``) is silently not honoured."""
+    near_misses = [
+        line.strip()
+        for cell in _code_cells(path)
+        for line in cell.source.split("\n")
+        if "NBVAL_IGNORE_OUTPUT" in line and line.strip().lstrip("#").strip() != "NBVAL_IGNORE_OUTPUT"
+    ]
+    assert near_misses == [], "put the marker alone on its line and the reason on the next"
+
+
 def test_the_assert_rule_sees_asserts_only():
     assert _has_assert("%time x = 1\nassert x == 1")
     assert not _has_assert("# assert nothing\nprint('assert')")

@@ -69,13 +69,15 @@ def test_the_widget_shows_what_the_sampler_draws():
     with the distribution drawn (the standard error of each frequency is below 0.0025)."""
     logits = torch.randn(12, generator=torch.Generator().manual_seed(0)) * 2
     settings = {"temperature": 0.7, "top_k": 6, "top_p": 0.8}
-    draws = sample_next_token(logits.expand(40_000, -1).contiguous(), generator=torch.Generator().manual_seed(1), **settings)
+    rows = logits.expand(40_000, -1).contiguous()
+    draws = sample_next_token(rows, generator=torch.Generator().manual_seed(1), **settings)
     frequencies = torch.bincount(draws, minlength=12).float() / 40_000
     torch.testing.assert_close(frequencies, filtered_distribution(logits, **settings), atol=0.01, rtol=0.0)
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "argument"), [({"logits": torch.zeros(2, 4)}, "logits"), ({"logits": LOGITS, "temperature": -0.5}, "temperature")]
+    ("kwargs", "argument"),
+    [({"logits": torch.zeros(2, 4)}, "logits"), ({"logits": LOGITS, "temperature": -0.5}, "temperature")],
 )
 def test_filtered_distribution_rejects_bad_arguments(kwargs, argument):
     logits = kwargs.pop("logits")

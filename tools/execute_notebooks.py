@@ -31,6 +31,8 @@ KERNEL_ENV = {
     "PYDEVD_DISABLE_FILE_VALIDATION": "1",
     # Never download model weights while executing: chapter 08's real-GPT-2 cell must take its offline branch.
     "HF_HUB_OFFLINE": "1",
+    # Stored outputs must be what nbval reproduces: one thread is bit-reproducible on this CPU, two are not.
+    "OMP_NUM_THREADS": "1",
 }
 
 

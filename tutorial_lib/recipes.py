@@ -93,8 +93,9 @@ def load_or_train_char_gpt(
     progress: bool = True,
 ) -> GPT:
     """The reference model, trained as by :func:`train_char_gpt`, or loaded from the checkpoint an earlier call
-    saved (in the user cache by default). Training is seeded, so both give the same model on the same machine; the
-    file name carries a hash of the configurations, so a changed recipe never loads a stale model."""
+    saved (in the user cache by default). Training is seeded: on one CPU thread both give the same model bit for
+    bit (on two threads runs drift apart by ~1e-5). The file name carries a hash of the configurations, so a
+    changed recipe never loads a stale model."""
     recipe = repr((model_cfg, train_cfg, CHAR_BATCH_SIZE)).encode()
     name = f"char_gpt_{hashlib.sha256(recipe).hexdigest()[:12]}.pt"
     path = Path(checkpoint_dir or default_cache_dir()) / name

@@ -43,12 +43,14 @@ def _frequencies(sample, logits: torch.Tensor, temperature: float, seed: int) ->
     draws = sample(logits.repeat_interleave(N_DRAWS, dim=0), temperature, torch.Generator().manual_seed(seed))
     if not isinstance(draws, torch.Tensor) or draws.shape != (rows * N_DRAWS,):
         got = tuple(draws.shape) if isinstance(draws, torch.Tensor) else type(draws).__name__
-        raise ValueError(f"sample_next_token must return one token id per row, shape (batch,) = ({rows * N_DRAWS},); got {got}")
+        raise ValueError(
+            f"sample_next_token must return one token id per row, shape (batch,) = ({rows * N_DRAWS},); got {got}"
+        )
     if draws.dtype.is_floating_point or draws.dtype == torch.bool:
         raise ValueError(f"sample_next_token must return integer token ids, got dtype {draws.dtype}")
     if draws.numel() and (draws.min() < 0 or draws.max() >= d_vocab):
         raise ValueError(f"sample_next_token returned token ids outside [0, d_vocab={d_vocab})")
-    counts = torch.nn.functional.one_hot(draws.view(rows, N_DRAWS), d_vocab).sum(dim=1)
+    counts = torch.nn.functional.one_hot(draws.reshape(rows, N_DRAWS), d_vocab).sum(dim=1)
     return counts.to(torch.float64) / N_DRAWS
 
 
@@ -187,7 +189,9 @@ TOP_K = Exercise(
     cases=_top_k_cases,
     points=1,
     outputs=("the returned tensor",),
-    checked="k = 3, 1, d_vocab and more than d_vocab, float32 and float64, and ties with the k-th largest logit (all kept)",
+    checked=(
+        "k = 3, 1, d_vocab and more than d_vocab, float32 and float64, and ties with the k-th largest logit (all kept)"
+    ),
     hint=(
         "find the k-th largest logit of each row (`torch.topk(logits, k, dim=-1).values[:, -1:]`) and set every "
         "logit below it to -inf; leave the others, ties included, unchanged."
@@ -224,7 +228,8 @@ def _top_p_cases(generator: torch.Generator) -> list[Case]:
         Case.of(logits=confident, top_p=0.5, note="in row 0 the most likely token alone has 0.98 > top_p"),
         Case.of(logits=2 * torch.randn(3, 10, generator=generator), top_p=0.9),
         Case.of(logits=torch.zeros(2, 8), top_p=0.375, note="uniform: 3 tokens reach 0.375 exactly"),
-        Case.of(logits=torch.randn(2, 7, generator=generator, dtype=torch.float64), top_p=1.0, note="top_p = 1 keeps all"),
+        Case.of(logits=torch.randn(2, 7, generator=generator, dtype=torch.float64), top_p=1.0,
+                note="top_p = 1 keeps all"),
     ]
 
 
@@ -301,7 +306,8 @@ TOP_P = Exercise(
                 "before it already reach top_p: `cumsum - probs >= top_p`.", (_top_p_unshifted(force_first=True),)),
         Mistake("one_token_too_many", "kept one token too many when the sum reaches top_p exactly",
                 "Once the kept tokens reach top_p the nucleus is complete: drop the next one when the mass before it "
-                "is `>= top_p`, not only when it is `> top_p`.", (_top_p_shifted(boundary_kept=True, force_first=True),)),
+                "is `>= top_p`, not only when it is `> top_p`.",
+                (_top_p_shifted(boundary_kept=True, force_first=True),)),
         Mistake("not_sorted", "summed the probabilities in vocabulary order without sorting them",
                 "The nucleus is made of the *most likely* tokens: sort in descending order before the cumulative "
                 "sum, `torch.sort(logits, dim=-1, descending=True)`.", (_top_p_unsorted,)),
@@ -422,7 +428,8 @@ def _cached_forward_model() -> GPT:
 
 
 def _run_cached_forward(forward, tokens: torch.Tensor, chunks: tuple[int, ...]) -> torch.Tensor:
-    """Feed ``tokens`` chunk by chunk through ``forward(model, chunk, cache)`` with one cache; concatenate the logits."""
+    """Feed ``tokens`` chunk by chunk through ``forward(model, chunk, cache)``, one cache for all; concatenate the
+    logits."""
     model = _cached_forward_model()
     cache = model.make_kv_cache(tokens.shape[0])
     logits, start = [], 0

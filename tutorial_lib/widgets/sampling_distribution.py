@@ -26,7 +26,8 @@ DEFAULT_FILTERS = (("no filter", None, None), ("top-k = 5", 5, None), ("top-p = 
 
 @torch.no_grad()
 def next_token_logits(model: nn.Module, tokens: Int[Tensor, " seq"]) -> Float[Tensor, " d_vocab"]:
-    """The model's logits for the token after ``tokens`` (the last ``n_ctx`` of them), in eval mode, on the CPU."""
+    """A GPT's logits for the token after ``tokens`` (the last ``model.cfg.n_ctx`` of them), in eval mode, returned on
+    the CPU."""
     if tokens.dim() != 1 or tokens.numel() < 1:
         raise ValueError(f"tokens must be a non-empty 1-D tensor of token ids, got shape {tuple(tokens.shape)}")
     was_training = model.training
@@ -99,7 +100,7 @@ def _draw(
     x = range(len(order))
     if unfiltered is not None:
         ax.bar(x, unfiltered[order].numpy(), color="0.85", width=0.8, label="before the filters")
-    ax.bar(x, probs[order].numpy(), color=["C0" if kept[i] else "0.85" for i in order], width=0.55, label="kept, renormalised")
+    ax.bar(x, probs[order].numpy(), color="C0", width=0.55, label="kept, renormalised")
     ax.set_xticks(list(x), [visible_label(labels[i]) for i in order], fontsize="small")
     ax.set_xlim(-0.6, len(order) - 0.4)
     heading = "greedy (T = 0)" if temperature == 0 else f"T = {temperature:g}, {_filter_text(top_k, top_p)}"
@@ -184,16 +185,21 @@ def plot_entropy_vs_temperature(logits: Float[Tensor, " d_vocab"], temperatures:
                label=f"ln {logits.numel()} (uniform: T → ∞)")
     ax.axhline(0.0, color="0.6", linestyle=":", label="0 (greedy: T → 0)")
     ax.axvline(1.0, color="C1", linewidth=0.8, label="T = 1: the model's own distribution")
-    ax.set(xscale="log", xlabel="temperature T", ylabel="entropy (nats)", title="Entropy of the next-token distribution")
+    ax.set(xscale="log", xlabel="temperature T", ylabel="entropy (nats)",
+           title="Entropy of the next-token distribution")
     ax.legend(fontsize="small")
     return fig
 
 
-def plot_nucleus_sizes(sizes: Int[Tensor, " seq"], labels: Sequence[str], *, top_p: float, top_k: int | None = None) -> Figure:
+def plot_nucleus_sizes(
+    sizes: Int[Tensor, " seq"], labels: Sequence[str], *, top_p: float, top_k: int | None = None
+) -> Figure:
     """Bar chart of the nucleus size at each position of a text, the character that follows under each bar; a line
     at ``top_k``, the size top-k would use everywhere."""
     if sizes.dim() != 1 or len(labels) != sizes.numel():
-        raise ValueError(f"sizes must be 1-D with one label per position: {tuple(sizes.shape)} sizes, {len(labels)} labels")
+        raise ValueError(
+            f"sizes must be 1-D with one label per position: {tuple(sizes.shape)} sizes, {len(labels)} labels"
+        )
     fig, ax = new_figure(1, 1, figsize=(max(6.0, 0.16 * sizes.numel()), 3.0))
     ax.bar(range(sizes.numel()), sizes.numpy(), color="C0", width=0.8)
     if top_k is not None:
