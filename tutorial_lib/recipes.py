@@ -83,6 +83,18 @@ def train_char_gpt(
     return model, history
 
 
+def char_gpt_checkpoint_path(
+    model_cfg: GPTConfig = CHAR_GPT_CONFIG,
+    train_cfg: TrainConfig = CHAR_TRAIN_CONFIG,
+    batch_size: int = CHAR_BATCH_SIZE,
+    *,
+    checkpoint_dir: str | Path | None = None,
+) -> Path:
+    """Where :func:`load_or_train_char_gpt` keeps the model of this recipe: named after a hash of the configurations."""
+    recipe = repr((model_cfg, train_cfg, batch_size)).encode()
+    return Path(checkpoint_dir or default_cache_dir()) / f"char_gpt_{hashlib.sha256(recipe).hexdigest()[:12]}.pt"
+
+
 def load_or_train_char_gpt(
     dataset: CharDataset,
     *,
@@ -96,9 +108,7 @@ def load_or_train_char_gpt(
     saved (in the user cache by default). Training is seeded: on one CPU thread both give the same model bit for
     bit (on two threads runs drift apart by ~1e-5). The file name carries a hash of the configurations, so a
     changed recipe never loads a stale model."""
-    recipe = repr((model_cfg, train_cfg, CHAR_BATCH_SIZE)).encode()
-    name = f"char_gpt_{hashlib.sha256(recipe).hexdigest()[:12]}.pt"
-    path = Path(checkpoint_dir or default_cache_dir()) / name
+    path = char_gpt_checkpoint_path(model_cfg, train_cfg, checkpoint_dir=checkpoint_dir)
     model = GPT(model_cfg)
     if path.exists():
         load_checkpoint(path, model)
