@@ -99,9 +99,10 @@ def test_segments_change_the_output() -> None:
     assert not torch.allclose(model.bert(tokens, segments), model.bert(tokens), atol=1e-4)
 
 
-def test_fast_attention_equals_readable() -> None:
+@pytest.mark.parametrize("fast", ["fast_attention", "fast_norm"])
+def test_fast_kernels_equal_the_readable_path(fast: str) -> None:
     tokens, mask = _tokens(2, 12), padding_mask(torch.tensor([12, 7]), 12)
-    fast_mlm, fast_nsp = _pretraining_model(fast_attention=True)(tokens, mask=mask)
+    fast_mlm, fast_nsp = _pretraining_model(**{fast: True})(tokens, mask=mask)
     mlm, nsp = _pretraining_model()(tokens, mask=mask)
     torch.testing.assert_close(fast_mlm, mlm, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(fast_nsp, nsp, atol=1e-5, rtol=1e-5)

@@ -41,9 +41,10 @@ def hf_model() -> transformers.GPT2LMHeadModel:
 # ------------------------------------------------------------------------------ Hugging Face parity
 
 
+@pytest.mark.parametrize("fast_norm", [False, True])
 @pytest.mark.parametrize("fast_attention", [False, True])
-def test_logits_match_hugging_face_gpt2(hf_model, fast_attention):
-    cfg = TINY.replace(fast_attention=fast_attention)
+def test_logits_match_hugging_face_gpt2(hf_model, fast_attention, fast_norm):
+    cfg = TINY.replace(fast_attention=fast_attention, fast_norm=fast_norm)
     ours = GPT.from_gpt2_state_dict(hf_model.state_dict(), cfg).eval()
     tokens = torch.randint(0, cfg.d_vocab, (3, cfg.n_ctx))
     with torch.no_grad():

@@ -85,9 +85,10 @@ def test_cached_logits_equal_uncached() -> None:
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
 
 
-def test_fast_attention_equals_readable() -> None:
+@pytest.mark.parametrize("fast", ["fast_attention", "fast_norm"])
+def test_fast_kernels_equal_the_readable_path(fast: str) -> None:
     tokens = _tokens(2, 24)
-    torch.testing.assert_close(_model(fast_attention=True)(tokens), _model()(tokens), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(_model(**{fast: True})(tokens), _model()(tokens), atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("sampling", [{"temperature": 0.0}, {"temperature": 1.0, "top_k": 10}])

@@ -41,25 +41,38 @@ def assert_same_outputs_and_gradients(ours: nn.Module, ref: nn.Module, x: torch.
         torch.testing.assert_close(g, g_ref, atol=1e-4, rtol=1e-5)  # parameter gradients sum over rows: looser
 
 
+@pytest.mark.parametrize("fast", [False, True])
 @pytest.mark.parametrize("shape, eps, scale", [*CASES, TYPICAL])
-def test_layer_norm_matches_pytorch(shape, eps, scale):
+def test_layer_norm_matches_pytorch(shape, eps, scale, fast):
     x = make_input(shape, scale)  # drawn first: the very inputs of the tolerance test below
-    ours = LayerNorm(shape[-1], eps)
+    ours = LayerNorm(shape[-1], eps, fast=fast)
     assert_same_outputs_and_gradients(ours, copied(ours, nn.LayerNorm(shape[-1], eps=eps)), x)
 
 
-def test_layer_norm_without_bias_matches_pytorch():
-    ours = LayerNorm(16, bias=False)
+@pytest.mark.parametrize("fast", [False, True])
+def test_layer_norm_without_bias_matches_pytorch(fast):
+    ours = LayerNorm(16, bias=False, fast=fast)
     assert ours.bias is None
     ref = copied(ours, nn.LayerNorm(16, bias=False))
     assert_same_outputs_and_gradients(ours, ref, make_input((3, 16), 1.0))
 
 
+@pytest.mark.parametrize("fast", [False, True])
 @pytest.mark.parametrize("shape, eps, scale", [*CASES, TYPICAL])
-def test_rms_norm_matches_pytorch(shape, eps, scale):
+def test_rms_norm_matches_pytorch(shape, eps, scale, fast):
     x = make_input(shape, scale)
-    ours = RMSNorm(shape[-1], eps)
+    ours = RMSNorm(shape[-1], eps, fast=fast)
     assert_same_outputs_and_gradients(ours, copied(ours, nn.RMSNorm(shape[-1], eps=eps)), x)
+
+
+@pytest.mark.parametrize("cls", [LayerNorm, RMSNorm])
+def test_fast_path_equals_the_formula(cls):
+    """The fused kernel and the from-scratch formula: same outputs and gradients, so ``fast`` changes speed only."""
+    x = make_input((4, 9, 32), 1.0)
+    formula = cls(32)
+    fast = copied(formula, cls(32, fast=True))
+    assert_same_outputs_and_gradients(fast, formula, x)
+    assert "fast=True" in repr(fast) and "fast" not in repr(formula)
 
 
 def test_default_eps():

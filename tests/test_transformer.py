@@ -227,10 +227,11 @@ def test_stacks_and_forward_match_nn_transformer(placement: NormPlacement, final
     assert_close(model(src, tgt, src_lengths=lengths), hidden @ table.T)
 
 
-def test_fast_attention_matches_readable_path() -> None:
+@pytest.mark.parametrize("fast_flag", ["fast_attention", "fast_norm"])
+def test_fast_kernels_match_readable_path(fast_flag: str) -> None:
     torch.manual_seed(0)
     readable = Transformer(small_config()).eval()
-    fast = Transformer(small_config(fast_attention=True)).eval()
+    fast = Transformer(small_config(**{fast_flag: True})).eval()
     fast.load_state_dict(readable.state_dict(), strict=True)
     src = torch.randint(0, 13, (3, 7), generator=torch.Generator().manual_seed(1))
     tgt = torch.randint(0, 13, (3, 5), generator=torch.Generator().manual_seed(2))

@@ -27,12 +27,12 @@ class NormPlacement(str, enum.Enum):
     SANDWICH = "sandwich"
 
 
-def make_norm(kind: str, d_model: int, eps: float) -> nn.Module:
-    """``"layer"`` → :class:`LayerNorm`, ``"rms"`` → :class:`RMSNorm`."""
+def make_norm(kind: str, d_model: int, eps: float, *, fast: bool = False) -> nn.Module:
+    """``"layer"`` → :class:`LayerNorm`, ``"rms"`` → :class:`RMSNorm`; ``fast`` picks PyTorch's fused kernel."""
     if kind == "layer":
-        return LayerNorm(d_model, eps)
+        return LayerNorm(d_model, eps, fast=fast)
     if kind == "rms":
-        return RMSNorm(d_model, eps)
+        return RMSNorm(d_model, eps, fast=fast)
     raise ValueError(f"norm must be 'layer' or 'rms', got {kind!r}")
 
 
@@ -46,11 +46,14 @@ def make_feed_forward(activation: str, d_model: int, d_ff: int, *, bias: bool, d
 class Residual(nn.Module):
     """One sublayer's residual connection, with dropout on the sublayer's output and the norm(s) in place."""
 
-    def __init__(self, d_model: int, placement: NormPlacement | str, *, norm: str = "layer", eps: float = 1e-5, dropout: float = 0.0) -> None:
+    def __init__(
+        self, d_model: int, placement: NormPlacement | str, *, norm: str = "layer", eps: float = 1e-5,
+        dropout: float = 0.0, fast_norm: bool = False,
+    ) -> None:
         super().__init__()
         self.placement = NormPlacement(placement)
-        self.norm = make_norm(norm, d_model, eps)
-        self.norm_out = make_norm(norm, d_model, eps) if self.placement is NormPlacement.SANDWICH else None
+        self.norm = make_norm(norm, d_model, eps, fast=fast_norm)
+        self.norm_out = make_norm(norm, d_model, eps, fast=fast_norm) if self.placement is NormPlacement.SANDWICH else None
         self.dropout = nn.Dropout(dropout)
 
     def forward(
@@ -82,12 +85,13 @@ class TransformerBlock(nn.Module):
         bias: bool = True,
         dropout: float = 0.0,
         fast_attention: bool = False,
+        fast_norm: bool = False,
     ) -> None:
         super().__init__()
         self.attn = MultiHeadAttention(d_model, n_heads, bias=bias, fast=fast_attention)
-        self.attn_residual = Residual(d_model, placement, norm=norm, eps=eps, dropout=dropout)
+        self.attn_residual = Residual(d_model, placement, norm=norm, eps=eps, dropout=dropout, fast_norm=fast_norm)
         self.ffn = make_feed_forward(activation, d_model, d_ff, bias=bias, dropout=dropout)
-        self.ffn_residual = Residual(d_model, placement, norm=norm, eps=eps, dropout=dropout)
+        self.ffn_residual = Residual(d_model, placement, norm=norm, eps=eps, dropout=dropout, fast_norm=fast_norm)
 
     def forward(
         self,
@@ -117,14 +121,15 @@ class DecoderBlock(nn.Module):
         bias: bool = True,
         dropout: float = 0.0,
         fast_attention: bool = False,
+        fast_norm: bool = False,
     ) -> None:
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, bias=bias, fast=fast_attention)
-        self.self_attn_residual = Residual(d_model, placement, norm=norm, eps=eps, dropout=dropout)
+        self.self_attn_residual = Residual(d_model, placement, norm=norm, eps=eps, dropout=dropout, fast_norm=fast_norm)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, bias=bias, fast=fast_attention)
-        self.cross_attn_residual = Residual(d_model, placement, norm=norm, eps=eps, dropout=dropout)
+        self.cross_attn_residual = Residual(d_model, placement, norm=norm, eps=eps, dropout=dropout, fast_norm=fast_norm)
         self.ffn = make_feed_forward(activation, d_model, d_ff, bias=bias, dropout=dropout)
-        self.ffn_residual = Residual(d_model, placement, norm=norm, eps=eps, dropout=dropout)
+        self.ffn_residual = Residual(d_model, placement, norm=norm, eps=eps, dropout=dropout, fast_norm=fast_norm)
 
     def forward(
         self,

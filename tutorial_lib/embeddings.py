@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
@@ -24,7 +25,10 @@ class TokenEmbedding(nn.Module):
 
     def forward(self, tokens: Int[Tensor, "batch seq"]) -> Float[Tensor, "batch seq d_model"]:
         check_token_ids(tokens, self.d_vocab)
-        return self.weight[tokens] * self.scale
+        # F.embedding is self.weight[tokens]; its backward adds each row's gradients in a fixed order, where indexing's
+        # backward (an accumulating index_put) adds them in a thread-dependent order: runs on 2 threads drift apart.
+        rows = F.embedding(tokens, self.weight)
+        return rows * self.scale if self.scale != 1.0 else rows
 
 
 class LearnedPositionalEmbedding(nn.Module):

@@ -155,7 +155,9 @@ def make_adamw(model: nn.Module, *, lr: float, weight_decay: float, betas: tuple
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=False)
+    # fused: one kernel updates every tensor, instead of a dozen small ops per tensor (CPU and CUDA have one).
+    fused = all(p.device.type in ("cpu", "cuda") for p in params)
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=fused)
 
 
 @torch.no_grad()

@@ -49,6 +49,7 @@ class BERTConfig:
     eps: float = 1e-12  # every LayerNorm's ε (Google's checkpoints use 1e-12)
     activation: str = "gelu"  # the exact (erf) GELU
     fast_attention: bool = False
+    fast_norm: bool = False
 
     def __post_init__(self) -> None:
         for name in ("d_vocab", "n_ctx", "d_model", "n_heads", "n_layers", "n_segments"):
@@ -93,12 +94,13 @@ class BERT(nn.Module):
         self.embed = TokenEmbedding(cfg.d_vocab, cfg.d_model)
         self.pos_embed = LearnedPositionalEmbedding(cfg.n_ctx, cfg.d_model)
         self.segment_embed = nn.Embedding(cfg.n_segments, cfg.d_model)
-        self.ln_embed = LayerNorm(cfg.d_model, cfg.eps)  # post-norm blocks expect a normalised input
+        self.ln_embed = LayerNorm(cfg.d_model, cfg.eps, fast=cfg.fast_norm)  # post-norm blocks expect a normalised input
         self.dropout = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(
             TransformerBlock(
                 cfg.d_model, cfg.n_heads, cfg.d_ff, placement=NormPlacement.POST, eps=cfg.eps,
                 activation=cfg.activation, dropout=cfg.dropout, fast_attention=cfg.fast_attention,
+                fast_norm=cfg.fast_norm,
             )
             for _ in range(cfg.n_layers)
         )
@@ -136,7 +138,7 @@ class MLMHead(nn.Module):
         super().__init__()
         self.activation = cfg.activation
         self.dense = nn.Linear(cfg.d_model, cfg.d_model)
-        self.norm = LayerNorm(cfg.d_model, cfg.eps)
+        self.norm = LayerNorm(cfg.d_model, cfg.eps, fast=cfg.fast_norm)
         self.decoder = nn.Linear(cfg.d_model, cfg.d_vocab)
         self.decoder.weight = embedding.weight  # tied: the input and output vocabularies share one matrix
 

@@ -43,6 +43,7 @@ class GPTConfig:
     bias: bool = True
     placement: NormPlacement | str = NormPlacement.PRE  # a string such as "post" is converted
     fast_attention: bool = False  # True: PyTorch's fused kernel; False: the readable chapter-03 path
+    fast_norm: bool = False  # True: PyTorch's fused LayerNorm; False: the from-scratch formula (same numbers)
 
     def __post_init__(self) -> None:
         for name in ("d_vocab", "n_ctx", "d_model", "n_heads", "n_layers"):
@@ -120,10 +121,11 @@ class GPT(nn.Module):
         return TransformerBlock(
             cfg.d_model, cfg.n_heads, cfg.d_ff, placement=cfg.placement, eps=cfg.layer_norm_eps,
             activation=cfg.activation, bias=cfg.bias, dropout=cfg.dropout, fast_attention=cfg.fast_attention,
+            fast_norm=cfg.fast_norm,
         )
 
     def make_final_norm(self, cfg: GPTConfig) -> nn.Module:
-        return make_norm("layer", cfg.d_model, cfg.layer_norm_eps)
+        return make_norm("layer", cfg.d_model, cfg.layer_norm_eps, fast=cfg.fast_norm)
 
     def make_kv_cache(self, batch: int, *, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> KVCache:
         """An empty cache for ``batch`` sequences of up to ``n_ctx`` positions."""

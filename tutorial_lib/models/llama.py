@@ -73,6 +73,7 @@ class LlamaBlock(TransformerBlock):
         super().__init__(
             cfg.d_model, cfg.n_heads, cfg.d_ff, placement=cfg.placement, norm="rms", eps=cfg.layer_norm_eps,
             activation=cfg.activation, bias=cfg.bias, dropout=cfg.dropout, fast_attention=cfg.fast_attention,
+            fast_norm=cfg.fast_norm,
         )
         self.attn = RotaryMultiHeadAttention(
             cfg.d_model, cfg.n_heads, cfg.n_ctx, base=cfg.rope_base, bias=cfg.bias, fast=cfg.fast_attention
@@ -95,7 +96,7 @@ class Llama(GPT):
         return LlamaBlock(cfg)  # 2.-4.
 
     def make_final_norm(self, cfg: LlamaConfig) -> RMSNorm:
-        return RMSNorm(cfg.d_model, cfg.layer_norm_eps)
+        return RMSNorm(cfg.d_model, cfg.layer_norm_eps, fast=cfg.fast_norm)
 
     @classmethod
     def from_hf_llama_state_dict(cls, state_dict: dict[str, Tensor], cfg: LlamaConfig) -> Llama:

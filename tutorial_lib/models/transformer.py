@@ -63,6 +63,7 @@ class TransformerConfig:
     final_norm: bool | None = None
     bias: bool = True
     fast_attention: bool = False  # True: PyTorch's fused kernel; False: the readable chapter-03 path
+    fast_norm: bool = False  # True: PyTorch's fused LayerNorm; False: the from-scratch formula (same numbers)
 
     def __post_init__(self) -> None:
         for name in ("n_ctx", "d_model", "n_heads", "n_layers", "d_ff"):
@@ -143,11 +144,11 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList(
             TransformerBlock(
                 cfg.d_model, cfg.n_heads, cfg.d_ff, placement=cfg.placement, eps=cfg.eps, activation=cfg.activation,
-                bias=cfg.bias, dropout=cfg.dropout, fast_attention=cfg.fast_attention,
+                bias=cfg.bias, dropout=cfg.dropout, fast_attention=cfg.fast_attention, fast_norm=cfg.fast_norm,
             )
             for _ in range(cfg.n_encoder_layers)
         )
-        self.norm = make_norm("layer", cfg.d_model, cfg.eps) if cfg.final_norm else nn.Identity()
+        self.norm = make_norm("layer", cfg.d_model, cfg.eps, fast=cfg.fast_norm) if cfg.final_norm else nn.Identity()
 
     def forward(
         self, x: Float[Tensor, "batch seq d_model"], *, mask: Bool[Tensor, "..."] | None = None
@@ -165,11 +166,11 @@ class Decoder(nn.Module):
         self.layers = nn.ModuleList(
             DecoderBlock(
                 cfg.d_model, cfg.n_heads, cfg.d_ff, placement=cfg.placement, eps=cfg.eps, activation=cfg.activation,
-                bias=cfg.bias, dropout=cfg.dropout, fast_attention=cfg.fast_attention,
+                bias=cfg.bias, dropout=cfg.dropout, fast_attention=cfg.fast_attention, fast_norm=cfg.fast_norm,
             )
             for _ in range(cfg.n_decoder_layers)
         )
-        self.norm = make_norm("layer", cfg.d_model, cfg.eps) if cfg.final_norm else nn.Identity()
+        self.norm = make_norm("layer", cfg.d_model, cfg.eps, fast=cfg.fast_norm) if cfg.final_norm else nn.Identity()
 
     def forward(
         self,

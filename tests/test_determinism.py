@@ -1,0 +1,62 @@
+"""Same machine, same numbers: seeded training on the CI machine's 2 threads repeats bit for bit.
+
+The stored notebook outputs depend on it (nbval compares them byte for byte, with 2-thread kernels). The classic
+culprit is a backward pass that accumulates into shared rows from several threads in whatever order they finish:
+indexing's backward (``weight[tokens]``) does; ``F.embedding``'s does not.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from tutorial_lib.embeddings import TokenEmbedding
+from tutorial_lib.models.gpt import GPT, GPTConfig
+from tutorial_lib.training import make_adamw
+
+THREADS = 2  # the CI machine's cores, and tools/execute_notebooks.py's OMP_NUM_THREADS
+
+
+def with_threads(n: int, fn):
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        return fn()
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_token_embedding_gradient_repeats_bit_for_bit_on_two_threads():
+    tokens = torch.randint(0, 65, (64, 64), generator=torch.Generator().manual_seed(0))  # many repeats of each row
+    upstream = torch.randn(64, 64, 128, generator=torch.Generator().manual_seed(1))
+
+    def gradient():
+        torch.manual_seed(0)
+        embed = TokenEmbedding(65, 128)
+        embed(tokens).backward(upstream)
+        return embed.weight.grad
+
+    first = with_threads(THREADS, gradient)
+    for _ in range(10):
+        assert torch.equal(with_threads(THREADS, gradient), first)
+
+
+def test_gpt_training_repeats_bit_for_bit_on_two_threads():
+    cfg = GPTConfig(d_vocab=65, n_ctx=32, d_model=64, n_heads=4, n_layers=2, fast_attention=True, fast_norm=True)
+
+    def run():
+        torch.manual_seed(0)
+        model = GPT(cfg)
+        optimizer = make_adamw(model, lr=3e-3, weight_decay=0.1)
+        batches = torch.Generator().manual_seed(0)
+        for _ in range(5):
+            x, y = torch.randint(0, 65, (2, 32, 32), generator=batches)
+            loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        return [p.detach().clone() for p in model.parameters()]
+
+    first = with_threads(THREADS, run)
+    for _ in range(3):
+        assert all(torch.equal(a, b) for a, b in zip(with_threads(THREADS, run), first, strict=True))
