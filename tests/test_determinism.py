@@ -8,11 +8,10 @@ indexing's backward (``weight[tokens]``) does; ``F.embedding``'s does not.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from tutorial_lib.embeddings import TokenEmbedding
 from tutorial_lib.models.gpt import GPT, GPTConfig
-from tutorial_lib.training import make_adamw
+from tutorial_lib.training import TrainConfig, language_model_loss, train
 
 THREADS = 2  # the CI machine's cores, and tools/execute_notebooks.py's OMP_NUM_THREADS
 
@@ -43,18 +42,14 @@ def test_token_embedding_gradient_repeats_bit_for_bit_on_two_threads():
 
 def test_gpt_training_repeats_bit_for_bit_on_two_threads():
     cfg = GPTConfig(d_vocab=65, n_ctx=32, d_model=64, n_heads=4, n_layers=2, fast_attention=True, fast_norm=True)
+    train_cfg = TrainConfig(max_steps=5, lr=3e-3, warmup_steps=0)
 
     def run():
         torch.manual_seed(0)
         model = GPT(cfg)
-        optimizer = make_adamw(model, lr=3e-3, weight_decay=0.1)
         batches = torch.Generator().manual_seed(0)
-        for _ in range(5):
-            x, y = torch.randint(0, 65, (2, 32, 32), generator=batches)
-            loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
+        train(model, lambda: tuple(torch.randint(0, 65, (2, 32, 32), generator=batches)), language_model_loss,
+              train_cfg, device="cpu", progress=False)
         return [p.detach().clone() for p in model.parameters()]
 
     first = with_threads(THREADS, run)

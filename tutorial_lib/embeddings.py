@@ -27,8 +27,7 @@ class TokenEmbedding(nn.Module):
         check_token_ids(tokens, self.d_vocab)
         # F.embedding is self.weight[tokens]; its backward adds each row's gradients in a fixed order, where indexing's
         # backward (an accumulating index_put) adds them in a thread-dependent order: runs on 2 threads drift apart.
-        rows = F.embedding(tokens, self.weight)
-        return rows * self.scale if self.scale != 1.0 else rows
+        return F.embedding(tokens, self.weight) * self.scale
 
 
 class LearnedPositionalEmbedding(nn.Module):
