@@ -39,11 +39,14 @@ NOTEBOOK_ENV := TUTORIAL_LIB_DEVICE=cpu MPLBACKEND=module://matplotlib_inline.ba
 execute: venv
 	$(PY) tools/execute_notebooks.py
 
+# NOTEBOOKS: what test-notebooks runs (folders or files), e.g. `make test-notebooks NOTEBOOKS="chapters/04_multi_head_attention.ipynb"`.
+NOTEBOOKS ?= chapters solutions exercises
+
 # nbval in strict mode: every cell's fresh output must equal the stored one (sanitized by nbval_sanitize.cfg).
 # `-o addopts=` drops the unit suite's options (jaxtyping's import hook): the notebooks run in their own kernels.
 test-notebooks: venv
 	$(NOTEBOOK_ENV) $(PY) -m pytest -o addopts= -p no:cacheprovider --nbval --nbval-current-env \
-		--nbval-sanitize-with nbval_sanitize.cfg --nbval-cell-timeout=600 --timeout=900 chapters solutions exercises
+		--nbval-sanitize-with nbval_sanitize.cfg --nbval-cell-timeout=600 --timeout=900 $(NOTEBOOKS)
 
 # The book from scratch (--all: a warning in an unchanged page must still fail), warnings as errors.
 test-book: venv

@@ -20,10 +20,12 @@ from tutorial_lib.checks.core import (
     CheckResult,
     Exercise,
     Mistake,
+    Mutant,
+    WrongOutput,
     chapter_exercises,
     check,
     get_exercise,
     register,
 )
 
-__all__ = ["Case", "CheckResult", "Exercise", "Mistake", "chapter_exercises", "check", "get_exercise", "register"]
+__all__ = ["Case", "CheckResult", "Exercise", "Mistake", "Mutant", "WrongOutput", "chapter_exercises", "check", "get_exercise", "register"]

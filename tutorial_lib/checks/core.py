@@ -104,6 +104,28 @@ class Mistake:
 
 
 @dataclass(frozen=True)
+class Mutant:
+    """A plausible wrong implementation that is *not* in the catalogue (an off-by-one, a wrong axis, a forgotten
+    argument...). The mutation test runs every exercise's mutants: each must lose its points, and its verdict must not
+    name a catalogued mistake (it is not one). ``what`` says what is wrong with it, for the test's report."""
+
+    name: str
+    what: str
+    implementation: Callable[..., Any]
+
+
+class WrongOutput(Exception):
+    """Raised by an exercise's own ``call`` wrapper when the learner's *output* cannot be examined (a wrong type,
+    shape or dtype): the verdict reports what is wrong with the output, never "your code raised"."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        if kind not in {"wrong_type", "wrong_shape", "wrong_values"}:
+            raise ValueError(f"kind must be 'wrong_type', 'wrong_shape' or 'wrong_values', got {kind!r}")
+        super().__init__(detail)
+        self.kind, self.detail = kind, detail
+
+
+@dataclass(frozen=True)
 class Exercise:
     """An exercise, declared once: ``check(id, obj)`` needs nothing else.
 
@@ -123,6 +145,7 @@ class Exercise:
     checked: str
     hint: str
     mistakes: tuple[Mistake, ...] = ()
+    mutants: tuple[Mutant, ...] = ()
     outputs: tuple[str, ...] = ("the result",)
     call: Callable[[Any, tuple[Any, ...]], Any] | None = None
     tolerance: tuple[float, float] | None = None
@@ -436,6 +459,8 @@ def _compare(exercise: Exercise, case: Case, got: _Outcome, want: _Outcome) -> _
     """The first way the learner's call differs from the reference's, in the order the verdicts are given."""
     if got.timed_out:
         return _Failure("too_slow", "")
+    if isinstance(got.error, WrongOutput):  # the exercise's own wrapper could not examine the learner's output
+        return _Failure(got.error.kind, got.error.detail)
     if got.error is not None:
         return _Failure("raised", _describe_error(got.error))
     pairs, failure = _named_leaves(exercise, want.value, got.value)
@@ -540,7 +565,7 @@ def _judge(exercise: Exercise, obj: Any, time_limit: float) -> _Verdict:
             body += f" {exercise.nan_hint}"
         elif failure.kind in {"wrong_values", "wrong_shape"}:
             body += f" It matches none of the known mistakes. Hint: {exercise.hint}"
-        headline = f"raised {type(got.error).__name__}" if got.error is not None else ""
+        headline = f"raised {type(got.error).__name__}" if failure.kind == "raised" else ""
         return _Verdict(failure.kind, body, mistake, headline)
     return _Verdict("passed", f"It matches the reference on {len(cases)} seeded cases: {exercise.checked}.")
 
@@ -605,7 +630,9 @@ __all__ = [
     "KINDS",
     "LOG_ENV",
     "Mistake",
+    "Mutant",
     "STRICT_ENV",
+    "WrongOutput",
     "chapter_exercises",
     "check",
     "get_exercise",
