@@ -220,10 +220,10 @@ CAUSAL_MASK = Exercise(
     points=1,
     outputs=("the mask",),
     checked="seq_len 4, 7 and 1, a boolean (seq_len, seq_len) mask, True on and below the diagonal",
-    hint="position t may attend to positions 0..t: True on and below the diagonal, `torch.tril` of a bool tensor.",
+    hint="position t may attend to positions 0 … t: True on and below the diagonal, `torch.tril` of a bool tensor.",
     mistakes=(
         Mistake("upper_triangle", "built the upper triangle instead of the lower one",
-                "True means *may attend*, and position t may attend to 0..t (the past), so True belongs on and "
+                "True means *may attend*, and position t may attend to 0 … t (the past), so True belongs on and "
                 "below the diagonal: `torch.tril`.", (_upper_triangle(0), _upper_triangle(1))),
         Mistake("excluded_diagonal", "left out the diagonal",
                 "A position may attend to itself: keep the diagonal (`torch.tril(..., diagonal=0)`).",
@@ -275,7 +275,7 @@ PADDING_MASK = Exercise(
                 "True means *may attend*: True on the first lengths[b] positions, `positions < lengths`.",
                 (_inverted_padding,)),
         Mistake("off_by_one", "let each sequence see one padding position too many",
-                "A sequence of length n has positions 0..n-1: compare with `<`, not `<=`.",
+                "A sequence of length n has positions 0 … n - 1: compare with `<`, not `<=`.",
                 (_padding_off_by_one,)),
         Mistake("missing_query_axis", "left out the singleton query axis",
                 "Return (batch, 1, seq_len) so the mask broadcasts over the queries: index with `[:, None, :]`.",
@@ -315,10 +315,10 @@ SLIDING_WINDOW_MASK = Exercise(
     points=1,
     outputs=("the mask",),
     checked="windows of 3, 1 and longer than the sequence; bool (seq_len, seq_len) masks",
-    hint="position t sees the `window` positions t - window + 1 .. t: causal, and not further back than that.",
+    hint="position t sees the `window` positions t - window + 1 … t: causal, and not further back than that.",
     mistakes=(
         Mistake("one_too_wide", "let each position see window + 1 keys",
-                "Position t sees t - window + 1 .. t, which is `window` keys: `key > query - window`.",
+                "Position t sees t - window + 1 … t, which is `window` keys: `key > query - window`.",
                 (_window_one_too_wide,)),
         Mistake("not_causal", "let positions see the future inside the window",
                 "A sliding window is still causal: add `key <= query`.", (_window_not_causal,)),

@@ -367,7 +367,7 @@ GPT_FORWARD = Exercise(
         "single sequence: logits of shape (batch, seq, d_vocab) equal to the package's GPT.forward"
     ),
     hint=(
-        "token embeddings plus the position embeddings of positions 0..seq-1, then every block with "
+        "token embeddings plus the position embeddings of positions 0 … seq - 1, then every block with "
         "`causal=True`, then the final LayerNorm, then the unembedding; return the logits of every position."
     ),
     mistakes=(

@@ -9,7 +9,8 @@
   depends on the gradient's scale, which would hide some of them).
 - ``09.get_batch`` prescribes how the offsets are drawn (one ``torch.randint`` with the generator), so the learner's
   batches can be compared with the reference's exactly; a window that may run past the end of the data then either
-  raises or draws other offsets, and both are recognised.
+  raises or draws other offsets, and both are recognised. The generator is part of each case, so the core checks that
+  the learner draws from it (and not from the global generator).
 
 Every case rebuilds its generator and model from a seed, so the learner, the reference and every catalogued mistake
 see the same inputs. As in ``ch03``, the mistakes are written the way a learner would write them, unannotated.
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from tutorial_lib.checks.core import Case, Exercise, Mistake, register
+from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register
 from tutorial_lib.data.shakespeare import get_batch
 from tutorial_lib.models.gpt import GPT, GPTConfig
 from tutorial_lib.training import TrainConfig, language_model_loss, make_adamw, train, warmup_cosine_lr
@@ -41,7 +42,7 @@ def _as_float(value, what: str) -> float:
         return float(value.item())
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
         return float(value)
-    raise TypeError(f"{what} must return a number (a Python float), got {type(value).__name__}")
+    raise WrongOutput("wrong_type", f"{what} should return a number (a Python float), got {type(value).__name__}")
 
 
 def _lr_curve(fn, args) -> torch.Tensor:
@@ -315,28 +316,21 @@ TRAIN_STEP = Exercise(
 
 def _batch_cases(generator: torch.Generator) -> list[Case]:
     return [
-        Case.of(data=torch.randint(65, (200,), generator=generator), batch_size=8, n_ctx=16, seed=0),
-        Case.of(data=torch.randint(65, (10,), generator=generator), batch_size=32, n_ctx=4, seed=1,
-                note="short data: every start is drawn, the last valid one included"),
-        Case.of(data=torch.randint(65, (9,), generator=generator), batch_size=3, n_ctx=8, seed=2,
-                note="a single valid window"),
+        Case.of(data=torch.randint(65, (200,), generator=generator), batch_size=8, n_ctx=16,
+                generator=torch.Generator().manual_seed(0)),
+        Case.of(data=torch.randint(65, (10,), generator=generator), batch_size=32, n_ctx=4,
+                generator=torch.Generator().manual_seed(1), note="short data: every start is drawn, the last valid one included"),
+        Case.of(data=torch.randint(65, (9,), generator=generator), batch_size=3, n_ctx=8,
+                generator=torch.Generator().manual_seed(2), note="a single valid window"),
     ]
 
 
-def _draw_batch(obj, args):
-    data, batch_size, n_ctx, seed = args
-    with torch.random.fork_rng(devices=[]):
-        # Another seed for the global generator: a function that ignores `generator` draws other offsets.
-        torch.manual_seed(seed + 1000)
-        return obj(data, batch_size, n_ctx, torch.Generator().manual_seed(seed))
-
-
-def _windows_by_slicing(n_starts: Callable[[int, int], int], *, x_shift: int = 0, y_shift: int = 1, use_generator=True):
+def _windows_by_slicing(n_starts: Callable[[int, int], int], *, x_shift: int = 0, y_shift: int = 1):
     """A learner's get_batch with a loop over slices (nanoGPT's way); each keyword reproduces one way of getting it wrong."""
 
     def get_batch(data, batch_size, n_ctx, generator):
         high = n_starts(len(data), n_ctx)
-        starts = torch.randint(high, (batch_size,), generator=generator if use_generator else None)
+        starts = torch.randint(high, (batch_size,), generator=generator)
         x = torch.stack([data[s + x_shift : s + x_shift + n_ctx] for s in starts])
         y = torch.stack([data[s + y_shift : s + y_shift + n_ctx] for s in starts])
         return x, y
@@ -379,7 +373,6 @@ GET_BATCH = Exercise(
     reference=lambda data, batch_size, n_ctx, generator: get_batch(data, batch_size, n_ctx, generator),
     cases=_batch_cases,
     points=1,
-    call=_draw_batch,
     outputs=("x", "y"),
     checked=(
         "batches of 8 windows from 200 tokens, 32 windows from 10 tokens (every start drawn) and 3 from 9 tokens (one "
@@ -407,9 +400,6 @@ GET_BATCH = Exercise(
         Mistake("misses_the_last_window", "never drew the last valid window",
                 "`torch.randint(high, ...)` draws 0 … high − 1, so `high = len(data) - n_ctx` already excludes the "
                 "windows that would run past the end.", (_windows_by_slicing(_one_too_few),)),
-        Mistake("ignored_the_generator", "drew the offsets without the generator",
-                "Pass `generator=generator` to `torch.randint`: a seeded generator is what makes the batches "
-                "reproducible.", (_windows_by_slicing(_correct_starts, use_generator=False),)),
     ),
 )
 

@@ -1,8 +1,10 @@
 """Chapter 10's exercises: sampling (temperature, top-k, top-p) and the KV cache, with the mistakes learners make.
 
 Sampling is random, so ``10.sample`` is checked on what it draws from: each case runs the learner's sampler on
-``N_DRAWS`` copies of every row of logits with a seeded generator and compares the frequencies of the drawn tokens
-with the reference's, to ``FREQUENCY_TOLERANCE``. A learner may sample differently from the reference (the inverse CDF,
+``N_DRAWS`` copies of every row of logits with the case's seeded generator and compares the frequencies of the drawn
+tokens with the reference's, to ``FREQUENCY_TOLERANCE``. The generator is part of the case, so the core also checks
+that the sampler draws from it (same state, same tokens; another seed, other tokens; the global generator untouched).
+A learner may sample differently from the reference (the inverse CDF,
 the Gumbel trick, another generator call) and still pass: two correct samplers differ by noise only, at most
 ``√(2 · 0.25 / N_DRAWS) ≈ 0.005`` (one standard deviation), five times below the tolerance, while every catalogued
 mistake moves some frequency by more than 0.1. Everything is seeded, so a verdict never changes from run to run.
@@ -16,7 +18,7 @@ import torch
 
 from tutorial_lib import sampling as reference
 from tutorial_lib.attention import causal_attention, scaled_dot_product_attention
-from tutorial_lib.checks.core import Case, Exercise, Mistake, register
+from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register
 from tutorial_lib.kv_cache import LayerKVCache
 from tutorial_lib.models.gpt import GPT, GPTConfig
 
@@ -29,27 +31,35 @@ FREQUENCY_TOLERANCE = 0.025
 def _sample_cases(generator: torch.Generator) -> list[Case]:
     logits = 2 * torch.randn(2, 6, generator=generator)  # spread enough that T = 0.5, 1 and 2 differ by > 0.1
     return [
-        Case.of(logits=logits, temperature=1.0, seed=0),
-        Case.of(logits=logits, temperature=0.5, seed=1, note="T < 1 sharpens"),
-        Case.of(logits=logits, temperature=2.0, seed=2, note="T > 1 flattens"),
-        Case.of(logits=2 * torch.randn(3, 6, generator=generator), temperature=0.0, seed=3, note="T = 0 is greedy"),
-        Case.of(logits=torch.randn(2, 5, generator=generator, dtype=torch.float64), temperature=0.7, seed=4),
+        Case.of(logits=logits, temperature=1.0, generator=_seeded(0)),
+        Case.of(logits=logits, temperature=0.5, generator=_seeded(1), note="T < 1 sharpens"),
+        Case.of(logits=logits, temperature=2.0, generator=_seeded(2), note="T > 1 flattens"),
+        Case.of(logits=2 * torch.randn(3, 6, generator=generator), temperature=0.0, generator=_seeded(3),
+                note="T = 0 is greedy"),
+        Case.of(logits=torch.randn(2, 5, generator=generator, dtype=torch.float64), temperature=0.7,
+                generator=_seeded(4)),
     ]
 
 
-def _frequencies(sample, logits: torch.Tensor, temperature: float, seed: int) -> torch.Tensor:
+def _seeded(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _frequencies(sample, logits: torch.Tensor, temperature: float, generator: torch.Generator) -> torch.Tensor:
     """``(rows, d_vocab)`` frequencies of ``N_DRAWS`` draws per row of ``logits``, all drawn in one batched call."""
     rows, d_vocab = logits.shape
-    draws = sample(logits.repeat_interleave(N_DRAWS, dim=0), temperature, torch.Generator().manual_seed(seed))
-    if not isinstance(draws, torch.Tensor) or draws.shape != (rows * N_DRAWS,):
-        got = tuple(draws.shape) if isinstance(draws, torch.Tensor) else type(draws).__name__
-        raise ValueError(
-            f"sample_next_token must return one token id per row, shape (batch,) = ({rows * N_DRAWS},); got {got}"
-        )
+    draws = sample(logits.repeat_interleave(N_DRAWS, dim=0), temperature, generator)
+    if not isinstance(draws, torch.Tensor):
+        raise WrongOutput("wrong_type", f"sample_next_token should return a tensor of token ids, got "
+                                        f"{type(draws).__name__}")
+    if draws.shape != (rows * N_DRAWS,):
+        raise WrongOutput("wrong_shape", f"sample_next_token should return one token id per row, shape (batch,) = "
+                                         f"({rows * N_DRAWS},), got {tuple(draws.shape)}")
     if draws.dtype.is_floating_point or draws.dtype == torch.bool:
-        raise ValueError(f"sample_next_token must return integer token ids, got dtype {draws.dtype}")
+        raise WrongOutput("wrong_type", f"sample_next_token should return integer token ids, got dtype {draws.dtype}")
     if draws.numel() and (draws.min() < 0 or draws.max() >= d_vocab):
-        raise ValueError(f"sample_next_token returned token ids outside [0, d_vocab={d_vocab})")
+        raise WrongOutput("wrong_values", f"sample_next_token returned token ids outside [0, d_vocab={d_vocab}): "
+                                          f"{draws.min().item()} to {draws.max().item()}")
     counts = torch.nn.functional.one_hot(draws.reshape(rows, N_DRAWS), d_vocab).sum(dim=1)
     return counts.to(torch.float64) / N_DRAWS
 
@@ -391,7 +401,7 @@ KV_CACHE_ATTENTION = Exercise(
     ),
     hint=(
         "append first: keys = cat([past_k, k]) along the positions (dim=-2), the same for the values; then new query "
-        "i is position n_past + i and may attend to keys 0 .. n_past + i: mask `key <= query + n_past`."
+        "i is position n_past + i and may attend to keys 0 … n_past + i: mask `key <= query + n_past`."
     ),
     mistakes=(
         Mistake("attended_before_appending", "attended to the cached keys before appending the new ones",

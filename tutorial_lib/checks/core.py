@@ -1,10 +1,21 @@
 """The verdict machinery behind every exercise check.
 
-An exercise is declared once (:class:`Exercise`): its reference, seeded input cases, points, and a catalogue of
-known mistakes, each a small wrong implementation (:class:`Mistake`). :func:`check` runs the learner's object on every
-case, compares it with the reference, and prints **one** verdict. When the learner's behaviour matches a catalogued
-mistake on every case up to the first failure (same outputs, same inputs afterwards, or the same exception), the
-verdict names it. A check never raises on a wrong answer unless strict mode is on.
+An exercise is declared once (:class:`Exercise`): its reference, seeded input cases, points, a catalogue of known
+mistakes, each a small wrong implementation (:class:`Mistake`), and uncatalogued wrong implementations the tests plant
+(:class:`Mutant`). :func:`check` runs the learner's object on every case, compares it with the reference, and prints
+**one** verdict. The rules a learner can trust:
+
+- **Naming.** A verdict names a catalogued mistake only when the learner's behaviour matches that mistake's on *every*
+  case (same outputs within the tolerance, same inputs afterwards, or the same exception). When two mistakes match, it
+  names both as candidates. Otherwise it says what is wrong in terms of the output (which entries, by how much, the
+  expected and obtained values on a slice) and gives the exercise's hint.
+- **Randomness.** When a case hands over a ``torch.Generator``, the answer must draw from it alone: the same generator
+  state gives the same output, two seeds give different outputs (where the reference's do), the global RNG is untouched.
+- **Honest blame.** "Your code raised" only when the learner's code raised; a failure of the exercise's own wrapper
+  while examining the learner's output is reported as what is wrong with that output.
+- NaN and infinities are described as such, with a hint for overflow and underflow.
+
+A check never raises on a wrong answer unless strict mode is on.
 
 Two environment variables connect checks to the outside world:
 
@@ -18,30 +29,26 @@ import importlib
 import json
 import os
 import re
-import signal
-import sysconfig
-import threading
-import time
-import traceback
-import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
 
+from tutorial_lib.checks.compare import Failure, describe_type, named_leaves, overflow_hint, same, tensor_failure
+from tutorial_lib.checks.running import (
+    Outcome,
+    describe_error,
+    fresh_copy,
+    has_generator,
+    reseeded,
+    run_learner,
+    run_ours,
+)
+
 STRICT_ENV = "TUTORIAL_LIB_STRICT_CHECKS"
 LOG_ENV = "TUTORIAL_LIB_CHECK_LOG"
 DEFAULT_TIME_LIMIT = 10.0
-
-# (rtol, atol) per dtype: torch.testing.assert_close's defaults, loose enough for any order of operations.
-_TOLERANCES = {
-    torch.float16: (1e-3, 1e-5),
-    torch.bfloat16: (1.6e-2, 1e-5),
-    torch.float32: (1.3e-6, 1e-5),
-    torch.float64: (1e-7, 1e-7),
-}
 _EXERCISE_ID = re.compile(r"^(\d\d)\.[a-z0-9_]+$")
 
 
@@ -74,7 +81,9 @@ class Case:
             if floats:  # close a run of float tensors with their dtype
                 parts.append(", ".join(floats) + f" {float_dtype}")
                 floats = []
-            if isinstance(value, torch.Tensor) and value.dtype != torch.bool and value.numel() <= 8:
+            if isinstance(value, torch.Generator):
+                parts.append(f"{name} seeded {value.initial_seed()}")
+            elif isinstance(value, torch.Tensor) and value.dtype != torch.bool and value.numel() <= 8:
                 parts.append(f"{name}={value.tolist()}")
             elif isinstance(value, torch.Tensor):
                 parts.append(f"{name} {tuple(value.shape)}")
@@ -134,8 +143,10 @@ class Exercise:
     on N seeded cases: ...". ``hint`` is given for wrong values that no catalogued mistake explains.
 
     ``call(obj, args)`` says how to run an answer on a case, for the learner's object, the reference and every
-    mistake alike (default ``obj(*args)``; a class exercise builds a module and calls it). ``tolerance`` is
-    ``(rtol, atol)`` for floating-point outputs (default: per dtype, as ``torch.testing.assert_close``).
+    mistake alike (default ``obj(*args)``; a class exercise builds a module and calls it); when it must examine the
+    learner's output before returning, it raises :class:`WrongOutput` for an output it cannot use. ``tolerance`` is
+    ``(rtol, atol)`` for floating-point outputs (default: per dtype, as ``torch.testing.assert_close``). ``axes``
+    names the trailing axes of an output for the verdicts (``{"weights": "query_pos key_pos"}``).
     """
 
     id: str
@@ -149,6 +160,7 @@ class Exercise:
     outputs: tuple[str, ...] = ("the result",)
     call: Callable[[Any, tuple[Any, ...]], Any] | None = None
     tolerance: tuple[float, float] | None = None
+    axes: dict[str, str] = field(default_factory=dict)
     nan_hint: str = "NaN comes from 0/0, inf - inf, the square root or log of a negative number, or a softmax over -inf only."
     seed: int = 0
 
@@ -160,6 +172,9 @@ class Exercise:
         names = [mistake.name for mistake in self.mistakes]
         if len(set(names)) != len(names):
             raise ValueError(f"Exercise {self.id}: mistake names must be unique, got {names}")
+        mutants = [mutant.name for mutant in self.mutants]
+        if len(set(mutants)) != len(mutants) or set(mutants) & set(names):
+            raise ValueError(f"Exercise {self.id}: mutant names must be unique and differ from the mistakes', got {mutants}")
 
     @property
     def chapter(self) -> str:
@@ -213,7 +228,9 @@ def get_exercise(exercise_id: str) -> Exercise:
 
 @dataclass(frozen=True)
 class CheckResult:
-    """What :func:`check` found. ``kind`` is one of :data:`KINDS`; ``mistake`` is the catalogued mistake's name."""
+    """What :func:`check` found. ``kind`` is one of :data:`KINDS`; ``mistake`` is the catalogued mistake's name when one
+    is named, ``candidates`` every catalogued mistake that matched (two or more when they cannot be told apart).
+    ``summary`` is one line for a grade table: the headline and why the points were lost."""
 
     exercise_id: str
     kind: str
@@ -222,6 +239,7 @@ class CheckResult:
     summary: str
     verdict: str
     mistake: str | None = None
+    candidates: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -245,7 +263,9 @@ KINDS = (
     "wrong_type",
     "wrong_shape",
     "mutated_input",
+    "randomness",
     "nan",
+    "inf",
     "wrong_values",
     "check_failed",
 )
@@ -257,192 +277,53 @@ _HEADLINES = {
     "wrong_type": "wrong type",
     "wrong_shape": "wrong shape",
     "mutated_input": "mutated its input in place",
+    "randomness": "does not draw from its generator",
     "nan": "returned NaN",
+    "inf": "returned inf",
     "wrong_values": "wrong values",
     "check_failed": "could not be checked",
 }
 
 
-# --- running the learner's code ---------------------------------------------------------------------------------------
+# --- comparing one case -------------------------------------------------------------------------------------------------
 
 
-class _TimeLimitExceeded(BaseException):
-    """Raised into the learner's code by the alarm: a BaseException, so ``except Exception`` cannot swallow it."""
+def sentence(text: str) -> str:
+    """``text`` as a sentence: stripped, ending in exactly one full stop (or its own ?, !)."""
+    text = text.strip()
+    return text if not text or text.endswith((".", "?", "!")) else text + "."
 
 
-@dataclass
-class _Outcome:
-    """What one call did: its value or exception, and the (possibly mutated) arguments afterwards."""
-
-    value: Any = None
-    error: BaseException | None = None
-    timed_out: bool = False
-    args_after: tuple[Any, ...] = ()
-
-
-def _clone(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.clone()
-    if isinstance(value, (tuple, list)):
-        return type(value)(_clone(item) for item in value)
-    return value
-
-
-def _call_with_time_limit(fn: Callable[..., Any], args: tuple[Any, ...], seconds: float) -> Any:
-    if hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread():
-        def on_alarm(signum: int, frame: Any) -> None:
-            raise _TimeLimitExceeded
-
-        previous_handler = signal.signal(signal.SIGALRM, on_alarm)
-        # Someone else's timer (pytest-timeout uses SIGALRM too) is re-armed afterwards with what it had left.
-        previous_delay, previous_interval = signal.setitimer(signal.ITIMER_REAL, seconds)
-        start = time.monotonic()
-        try:
-            return fn(*args)
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous_handler)
-            if previous_delay > 0:
-                left = max(previous_delay - (time.monotonic() - start), 1e-3)
-                signal.setitimer(signal.ITIMER_REAL, left, previous_interval)
-    # Off the main thread (or without SIGALRM) a thread can be waited for but not stopped: a hang keeps running.
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = fn(*args)
-        except BaseException as error:  # handed back to the caller below
-            box["error"] = error
-
-    worker = threading.Thread(target=target, daemon=True)
-    worker.start()
-    worker.join(seconds)
-    if worker.is_alive():
-        raise _TimeLimitExceeded
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")
+def _compare(exercise: Exercise, case: Case, got: Outcome, want: Outcome) -> Failure | None:
+    """The first way the learner's call differs from the reference's, in the order the verdicts are given."""
+    if got.timed_out:
+        return Failure("too_slow", "")
+    if got.error is not None:
+        if got.raised_by_learner:
+            return Failure("raised", describe_error(got.error))
+        if isinstance(got.error, WrongOutput):
+            return Failure(got.error.kind, got.error.detail)
+        returned = f" (it returned {describe_type(got.returned[-1])})" if got.returned else ""
+        return Failure("wrong_type", f"what your code returned{returned} could not be used: {describe_error(got.error)}")
+    if want.error is not None:  # the reference itself failed: a bug of ours, never the learner's fault
+        raise RuntimeError(f"the reference failed on {case.describe()}: {describe_error(want.error)}")
+    pairs, failure = named_leaves(exercise.outputs, want.value, got.value)
+    if failure:
+        return failure
+    for name, before, after in zip(case.names, case.args, got.args_after):
+        if isinstance(before, torch.Tensor) and not (
+            isinstance(after, torch.Tensor) and after.shape == before.shape and torch.equal(after, before)
+        ):
+            return Failure("mutated_input", f"the call changed {name}, which belongs to the caller")
+    for kinds in (("nan",), ("inf", "wrong_values")):  # NaN anywhere first: it is the most telling
+        for name, want_leaf, got_leaf in pairs:
+            failure = tensor_failure(name, want_leaf, got_leaf, exercise.tolerance, exercise.axes.get(name))
+            if failure is not None and failure.kind in kinds:
+                return failure
+    return None
 
 
-def _run_learner(exercise: Exercise, obj: Any, case: Case, time_limit: float) -> _Outcome:
-    args = _clone(case.args)
-    try:
-        return _Outcome(value=_call_with_time_limit(exercise.run, (obj, args), time_limit), args_after=args)
-    except _TimeLimitExceeded:
-        return _Outcome(timed_out=True, args_after=args)
-    except KeyboardInterrupt:
-        raise
-    except BaseException as error:  # SystemExit too: the learner's code must not end the check
-        return _Outcome(error=error, args_after=args)
-
-
-def _run_ours(exercise: Exercise, fn: Any, case: Case) -> _Outcome:
-    """Run the reference or a catalogued mistake; a mistake may raise, and that exception is its behaviour."""
-    args = _clone(case.args)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # e.g. the deprecation warning of a mistake's `k.T`
-        try:
-            return _Outcome(value=exercise.run(fn, args), args_after=args)
-        except Exception as error:
-            return _Outcome(error=error, args_after=args)
-
-
-# --- comparing --------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Failure:
-    kind: str
-    detail: str
-
-
-def _describe_type(value: Any) -> str:
-    if isinstance(value, torch.Tensor):
-        return f"a tensor of shape {tuple(value.shape)}"
-    if isinstance(value, (tuple, list)):
-        return f"a {type(value).__name__} of {len(value)} items"
-    return "None" if value is None else f"a value of type {type(value).__name__}"
-
-
-def _leaves(want: Any, got: Any, name: str) -> tuple[list[tuple[str, torch.Tensor, torch.Tensor]], _Failure | None]:
-    """Pair the tensors of the learner's output with the reference's, or say how the structure differs."""
-    if isinstance(want, torch.Tensor):
-        if not isinstance(got, torch.Tensor):
-            return [], _Failure("wrong_type", f"{name} should be a tensor, got {_describe_type(got)}")
-        if got.shape != want.shape:
-            return [], _Failure(
-                "wrong_shape", f"{name} has shape {tuple(got.shape)} but should have {tuple(want.shape)}"
-            )
-        if got.dtype != want.dtype:
-            return [], _Failure("wrong_type", f"{name} has dtype {got.dtype} but should have {want.dtype}")
-        if got.device != want.device:
-            return [], _Failure("wrong_type", f"{name} is on {got.device} but should be on {want.device}, like the inputs")
-        return [(name, want, got)], None
-    if isinstance(want, (tuple, list)):
-        if not isinstance(got, (tuple, list)) or len(got) != len(want):
-            return [], _Failure(
-                "wrong_type", f"{name} should be a tuple of {len(want)} items, got {_describe_type(got)}"
-            )
-        pairs: list[tuple[str, torch.Tensor, torch.Tensor]] = []
-        for index, (want_item, got_item) in enumerate(zip(want, got)):
-            item_pairs, failure = _leaves(want_item, got_item, f"item {index} of {name}")
-            if failure:
-                return [], failure
-            pairs.extend(item_pairs)
-        return pairs, None
-    if type(got) is not type(want):
-        return [], _Failure("wrong_type", f"{name} should be {_describe_type(want)}, got {_describe_type(got)}")
-    if got != want:
-        return [], _Failure("wrong_values", f"{name} is {got!r} but should be {want!r}")
-    return [], None
-
-
-def _named_leaves(exercise: Exercise, want: Any, got: Any) -> tuple[list[tuple[str, Any, Any]], _Failure | None]:
-    names = exercise.outputs
-    if len(names) == 1:
-        return _leaves(want, got, names[0])
-    if not isinstance(got, (tuple, list)) or len(got) != len(names):
-        expected = f"a tuple ({', '.join(names)})"
-        return [], _Failure("wrong_type", f"it should return {expected}, got {_describe_type(got)}")
-    pairs: list[tuple[str, Any, Any]] = []
-    for name, want_item, got_item in zip(names, want, got):
-        item_pairs, failure = _leaves(want_item, got_item, name)
-        if failure:
-            return [], failure
-        pairs.extend(item_pairs)
-    return pairs, None
-
-
-def _close(want: torch.Tensor, got: torch.Tensor, tolerance: tuple[float, float] | None) -> bool:
-    """Equal, or within tolerance for floating point; NaN equals NaN (NaN where the reference has none is a verdict of its own)."""
-    if want.is_floating_point() or want.is_complex():
-        rtol, atol = tolerance or _TOLERANCES.get(want.dtype, (1e-5, 1e-8))
-        return torch.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
-    return torch.equal(got, want)
-
-
-def _same(a: Any, b: Any, tolerance: tuple[float, float] | None) -> bool:
-    """Same structure, types, shapes and dtypes, values within tolerance (NaN equals NaN)."""
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return (
-            isinstance(a, torch.Tensor)
-            and isinstance(b, torch.Tensor)
-            and a.shape == b.shape
-            and a.dtype == b.dtype
-            and a.device == b.device
-            and _close(a, b, tolerance)
-        )
-    if isinstance(a, (tuple, list)) or isinstance(b, (tuple, list)):
-        return (
-            isinstance(a, (tuple, list))
-            and isinstance(b, (tuple, list))
-            and len(a) == len(b)
-            and all(_same(x, y, tolerance) for x, y in zip(a, b))
-        )
-    return type(a) is type(b) and a == b
-
-
-def _same_behaviour(a: _Outcome, b: _Outcome, tolerance: tuple[float, float] | None) -> bool:
+def _same_behaviour(a: Outcome, b: Outcome, tolerance: tuple[float, float] | None) -> bool:
     if a.timed_out or b.timed_out:
         return False
     if a.error is not None or b.error is not None:
@@ -452,68 +333,64 @@ def _same_behaviour(a: _Outcome, b: _Outcome, tolerance: tuple[float, float] | N
             and type(a.error) is type(b.error)
             and str(a.error) == str(b.error)
         )
-    return _same(a.value, b.value, tolerance) and _same(a.args_after, b.args_after, tolerance)
+    return same(a.value, b.value, tolerance) and same(a.args_after, b.args_after, tolerance)
 
 
-def _compare(exercise: Exercise, case: Case, got: _Outcome, want: _Outcome) -> _Failure | None:
-    """The first way the learner's call differs from the reference's, in the order the verdicts are given."""
-    if got.timed_out:
-        return _Failure("too_slow", "")
-    if isinstance(got.error, WrongOutput):  # the exercise's own wrapper could not examine the learner's output
-        return _Failure(got.error.kind, got.error.detail)
-    if got.error is not None:
-        return _Failure("raised", _describe_error(got.error))
-    pairs, failure = _named_leaves(exercise, want.value, got.value)
-    if failure:
-        return failure
-    for name, before, after in zip(case.names, case.args, got.args_after):
-        if isinstance(before, torch.Tensor) and not (
-            isinstance(after, torch.Tensor) and after.shape == before.shape and torch.equal(after, before)
-        ):
-            return _Failure("mutated_input", f"the call changed {name}, which belongs to the caller")
-    for name, want_leaf, got_leaf in pairs:
-        if got_leaf.is_floating_point():
-            new_nan = got_leaf.isnan() & ~want_leaf.isnan()
-            if new_nan.any():
-                count = int(new_nan.sum())
-                return _Failure(
-                    "nan", f"{name} has {count} NaN value{'s' if count != 1 else ''} where the reference has none"
-                )
-    for name, want_leaf, got_leaf in pairs:
-        if not _close(want_leaf, got_leaf, exercise.tolerance):
-            if want_leaf.is_floating_point():
-                difference = (got_leaf - want_leaf).abs().nan_to_num(0.0).max().item()
-                return _Failure("wrong_values", f"{name} differs from the reference by up to {difference:.3g}")
-            wrong = int((got_leaf != want_leaf).sum())
-            return _Failure("wrong_values", f"{name} differs from the reference in {wrong} of {want_leaf.numel()} entries")
-    return None
+def _matching_mistakes(exercise: Exercise, cases: Sequence[Case], learner: Sequence[Outcome]) -> list[Mistake]:
+    """Every catalogued mistake one of whose variants behaves like the learner on *every* case."""
+    return [
+        mistake
+        for mistake in exercise.mistakes
+        if any(
+            all(
+                _same_behaviour(got, run_ours(exercise.run, variant, case.args), exercise.tolerance)
+                for case, got in zip(cases, learner)
+            )
+            for variant in mistake.variants
+        )
+    ]
 
 
-_LIBRARY_DIRS = tuple(
-    str(Path(path).resolve())
-    for path in (
-        Path(__file__).parent.parent,  # tutorial_lib itself
-        Path(torch.__file__).parent,
-        sysconfig.get_paths()["stdlib"],
-        sysconfig.get_paths()["purelib"],
-        sysconfig.get_paths()["platlib"],
-    )
+# --- randomness discipline -----------------------------------------------------------------------------------------------
+
+
+_USE_THE_GENERATOR = (
+    "Pass the generator you were given to every random draw (`torch.multinomial(probs, 1, generator=generator)`, "
+    "`torch.rand(..., generator=generator)`): a seeded generator is what makes the result reproducible, and the "
+    "notebook's other random numbers stay as they were."
 )
 
 
-def _describe_error(error: BaseException) -> str:
-    """``RuntimeError: message`` plus the line of the learner's code that raised it, when there is one."""
-    message = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    if len(message) > 200:
-        message = message[:197] + "..."
-    text = type(error).__name__ + (f": {message}" if message else "")
-    for frame in reversed(traceback.extract_tb(error.__traceback__)):
-        if not str(Path(frame.filename).resolve()).startswith(_LIBRARY_DIRS) and frame.line:
-            return f"{text} (line {frame.lineno} of your code: `{frame.line.strip()}`)"
-    return text
+def _randomness_problem(
+    exercise: Exercise, obj: Any, cases: Sequence[Case], learner: Sequence[Outcome], time_limit: float
+) -> str | None:
+    """How the learner's answer fails to draw from the generator it is given, or None (also when no case has one)."""
+    drawn = [(case, got) for case, got in zip(cases, learner) if has_generator(case.args) and got.error is None]
+    for case, got in drawn:
+        if got.global_rng_moved:
+            return (f"On {case.describe()}, your code drew from PyTorch's global random generator (a call without "
+                    f"`generator=generator`, such as `torch.randint(...)`)")
+    for case, got in drawn:
+        again = run_learner(exercise.run, obj, case.args, calls_directly=exercise.call is None, time_limit=time_limit)
+        if again.error is None and not again.timed_out and not same(got.value, again.value, (0.0, 0.0)):
+            return f"On {case.describe()}, two calls with the same generator state gave different results"
+    reference_varies = False
+    for case, got in drawn:
+        other_seed = reseeded(case.args)
+        if same(run_ours(exercise.run, exercise.reference, case.args).value,
+                run_ours(exercise.run, exercise.reference, other_seed).value, (0.0, 0.0)):
+            continue  # this case's result does not depend on the seed (T = 0, say)
+        reference_varies = True
+        other = run_learner(exercise.run, obj, other_seed, calls_directly=exercise.call is None, time_limit=time_limit)
+        if other.error is not None or other.timed_out or not same(got.value, other.value, (0.0, 0.0)):
+            return None
+    if reference_varies:
+        return ("Two generators seeded differently gave exactly the same results, so your code does not draw from the "
+                "generator it is given (a generator of its own, or a fixed seed)")
+    return None
 
 
-# --- the check ----------------------------------------------------------------------------------------------------------
+# --- the verdict ------------------------------------------------------------------------------------------------------
 
 
 def _points_text(points: int, max_points: int) -> str:
@@ -528,58 +405,72 @@ def _strict_from_env() -> bool:
 class _Verdict:
     kind: str
     body: str
-    mistake: Mistake | None = None
+    reason: str = ""  # one line for the grade table, after the headline
+    mistakes: list[Mistake] = field(default_factory=list)
     headline: str = ""  # overrides the kind's headline, e.g. "raised RuntimeError"
+
+
+def _reason(detail: str) -> str:
+    """A failure's detail shortened to a grade table's line: up to the first colon that opens the values shown."""
+    short = detail.split(": at [", 1)[0].split(": expected ", 1)[0]
+    return short if len(short) <= 160 else short[:157] + "..."
 
 
 def _judge(exercise: Exercise, obj: Any, time_limit: float) -> _Verdict:
     if not callable(obj):
-        return _Verdict("wrong_type", f"check expects your function or class, got {_describe_type(obj)}.")
+        return _Verdict("wrong_type", f"check expects your function or class, got {describe_type(obj)}.",
+                        f"got {describe_type(obj)}, not a function")
     cases = exercise.make_cases()
-    learner: list[_Outcome] = []
+    learner: list[Outcome] = []
+    failures: list[Failure | None] = []
     for index, case in enumerate(cases):
-        got = _run_learner(exercise, obj, case, time_limit)
-        if index == 0 and isinstance(got.error, NotImplementedError):
+        got = run_learner(exercise.run, obj, case.args, calls_directly=exercise.call is None, time_limit=time_limit)
+        if index == 0 and got.raised_by_learner and isinstance(got.error, NotImplementedError):
             return _Verdict(
                 "not_attempted",
                 "The function still raises NotImplementedError: replace the `raise` line with your solution "
                 "and run both cells again.",
             )
+        if got.timed_out:
+            return _Verdict("too_slow", f"On {case.describe()}, the call did not finish within {time_limit:g} s: look "
+                                        f"for a loop that never ends.", f"did not finish within {time_limit:g} s")
         learner.append(got)
-        failure = _compare(exercise, case, got, _run_ours(exercise, exercise.reference, case))
-        if failure is None:
-            continue
-        where = f"On {case.describe()}"
-        if failure.kind == "too_slow":
-            return _Verdict("too_slow", f"{where}, the call did not finish within {time_limit:g} s: look for a loop that never ends.")
-        if failure.kind == "raised":
-            body = f"{where}, your code raised {failure.detail}."
-        else:
-            body = f"{where}, {failure.detail}."
-        mistake = _matching_mistake(exercise, cases[: index + 1], learner)
-        if mistake is not None:
-            body += f" It looks like you {mistake.description}. {mistake.fix}"
-        elif failure.kind == "mutated_input":
-            body += " Leave the arguments untouched: write `x = x / 2`, not `x /= 2` or `x.div_(2)`."
-        elif failure.kind == "nan":
-            body += f" {exercise.nan_hint}"
-        elif failure.kind in {"wrong_values", "wrong_shape"}:
-            body += f" It matches none of the known mistakes. Hint: {exercise.hint}"
-        headline = f"raised {type(got.error).__name__}" if failure.kind == "raised" else ""
-        return _Verdict(failure.kind, body, mistake, headline)
-    return _Verdict("passed", f"It matches the reference on {len(cases)} seeded cases: {exercise.checked}.")
+        failures.append(_compare(exercise, case, got, run_ours(exercise.run, exercise.reference, case.args)))
 
+    first = next((index for index, failure in enumerate(failures) if failure is not None), None)
+    if first is None or failures[first].kind != "raised":
+        problem = _randomness_problem(exercise, obj, cases, learner, time_limit)
+        if problem is not None:
+            return _Verdict("randomness", f"{sentence(problem)} It looks like you ignored the `generator` argument. "
+                                          f"{_USE_THE_GENERATOR}", "ignored the generator it was given")
+    if first is None:
+        return _Verdict("passed", f"It matches the reference on {len(cases)} seeded cases: {sentence(exercise.checked)}")
 
-def _matching_mistake(exercise: Exercise, cases: Sequence[Case], learner: Sequence[_Outcome]) -> Mistake | None:
-    """The first catalogued mistake that behaves like the learner on every case up to the first failure."""
-    for mistake in exercise.mistakes:
-        for variant in mistake.variants:
-            if all(
-                _same_behaviour(got, _run_ours(exercise, variant, case), exercise.tolerance)
-                for case, got in zip(cases, learner)
-            ):
-                return mistake
-    return None
+    failure, case = failures[first], cases[first]
+    if failure.kind == "raised":
+        body = sentence(f"On {case.describe()}, your code raised {failure.detail}")
+    else:
+        body = sentence(f"On {case.describe()}, {failure.detail}")
+    mistakes = _matching_mistakes(exercise, cases, learner)
+    if len(mistakes) == 1:
+        body += f" It looks like you {mistakes[0].description}. {sentence(mistakes[0].fix)}"
+    elif mistakes:
+        either = ", or you ".join(mistake.description for mistake in mistakes)
+        fixes = " ".join(sentence(mistake.fix) for mistake in mistakes)
+        body += f" On every case your answer behaves like {len(mistakes)} known mistakes at once: you {either}. {fixes}"
+    elif failure.kind == "mutated_input":
+        body += " Leave the arguments untouched: write `x = x / 2`, not `x /= 2` or `x.div_(2)`."
+    elif failure.kind == "nan":
+        body += f" {sentence(exercise.nan_hint)}"
+    elif failure.kind == "inf":
+        body += f" {overflow_hint(learner[first].value)}"
+    elif failure.kind in {"wrong_values", "wrong_shape"}:
+        body += f" It matches none of the known mistakes. Hint: {sentence(exercise.hint)}"
+    headline, reason = "", _reason(failure.detail)
+    if failure.kind == "raised":
+        headline = f"raised {type(learner[first].error).__name__}"
+        reason = reason.removeprefix(type(learner[first].error).__name__).removeprefix(": ")
+    return _Verdict(failure.kind, body, reason, mistakes, headline)
 
 
 def check(
@@ -598,19 +489,27 @@ def check(
     try:
         verdict = _judge(exercise, obj, float(time_limit))
     except Exception as error:  # a bug of ours, or an object too strange to compare: still one verdict, no raise
-        verdict = _Verdict("check_failed", f"The check itself failed on your answer ({type(error).__name__}: {error}).")
+        verdict = _Verdict("check_failed", f"The check itself failed on your answer ({describe_error(error)}).",
+                           f"the check itself failed ({type(error).__name__})")
     points = exercise.points if verdict.kind == "passed" else 0
     headline = verdict.headline or _HEADLINES[verdict.kind]
     text = f"{exercise.id}: {headline} ({_points_text(points, exercise.points)}). {verdict.body}"
-    summary = headline + (f": {verdict.mistake.description}" if verdict.mistake else "")
+    named = verdict.mistakes[0] if len(verdict.mistakes) == 1 else None
+    if named is not None:
+        reason = named.description
+    elif verdict.mistakes:
+        reason = "either " + ", or ".join(mistake.description for mistake in verdict.mistakes)
+    else:
+        reason = verdict.reason
     result = CheckResult(
         exercise_id=exercise.id,
         kind=verdict.kind,
         points=points,
         max_points=exercise.points,
-        summary=summary,
+        summary=headline + (f": {reason}" if reason else ""),
         verdict=text,
-        mistake=verdict.mistake.name if verdict.mistake else None,
+        mistake=named.name if named else None,
+        candidates=tuple(mistake.name for mistake in verdict.mistakes),
     )
     print(text)
     log = os.environ.get(LOG_ENV)

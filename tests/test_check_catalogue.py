@@ -1,0 +1,212 @@
+"""The contract every exercise of every chapter keeps, now and later: a chapter joins by registering its exercises.
+
+- Confusion: each variant of each catalogued mistake is named as that mistake and no other.
+- Mutation: each declared mutant (a plausible wrong answer that is *not* in the catalogue) loses its points and is
+  named as no catalogued mistake.
+- Randomness: where a case hands over a generator, two answers built from the reference that ignore it (one draws
+  from the global generator, one from a fixed seed of its own) lose their points and are told so.
+- Depth: at least four catalogued mistakes and two mutants per exercise.
+- Text: every verdict these answers produce, and a few generic wrong answers', passes a lint.
+"""
+
+from __future__ import annotations
+
+import inspect
+import pkgutil
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from tutorial_lib import checks
+from tutorial_lib.checks import CheckResult, Exercise, chapter_exercises, check
+
+EXERCISES = [
+    exercise
+    for module in pkgutil.iter_modules(checks.__path__)
+    if re.fullmatch(r"ch\d\d", module.name)
+    for exercise in chapter_exercises(module.name[2:])
+]
+VARIANTS = [(e, m.name, i, variant) for e in EXERCISES for m in e.mistakes for i, variant in enumerate(m.variants)]
+MUTANTS = [(e, mutant) for e in EXERCISES for mutant in e.mutants]
+RANDOM = [e for e in EXERCISES if not inspect.isclass(e.reference)
+          and any(isinstance(arg, torch.Generator) for case in e.make_cases() for arg in case.args)]
+pytestmark = pytest.mark.filterwarnings("ignore")  # a mistake's `k.T` warns; the verdict is what is tested
+
+
+def _id(value: Any) -> str:
+    return value.id if isinstance(value, Exercise) else value if isinstance(value, str) else str(value) if isinstance(value, int) else ""
+
+
+# --- depth ---------------------------------------------------------------------------------------------------------------
+
+
+def test_every_chapter_module_registers_exercises():
+    assert len(EXERCISES) >= 15 and len({e.chapter for e in EXERCISES}) >= 4
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=_id)
+def test_every_exercise_has_four_mistakes_and_two_mutants(exercise):
+    assert len(exercise.mistakes) >= 4, [m.name for m in exercise.mistakes]
+    assert len(exercise.mutants) >= 2, [m.name for m in exercise.mutants]
+
+
+# --- confusion and mutation -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("exercise", "mistake", "index", "variant"), VARIANTS, ids=_id)
+def test_each_catalogued_mistake_is_named_as_itself_and_no_other(exercise, mistake, index, variant):
+    result = check(exercise.id, variant)
+    assert result.points == 0, result.verdict
+    assert result.mistake == mistake and result.candidates == (mistake,), result.verdict
+
+
+@pytest.mark.parametrize(("exercise", "mutant"), MUTANTS, ids=lambda v: v.id if isinstance(v, Exercise) else v.name)
+def test_each_mutant_loses_its_points_and_is_named_as_no_catalogued_mistake(exercise, mutant):
+    result = check(exercise.id, mutant.implementation)
+    assert result.points == 0, f"{mutant.name} ({mutant.what}) passed: {result.verdict}"
+    assert result.mistake is None and result.candidates == (), f"{mutant.name} named: {result.verdict}"
+
+
+# --- randomness -------------------------------------------------------------------------------------------------------------
+
+
+def _ignoring_the_generator(reference: Callable[..., Any], replacement: Callable[[], torch.Generator]):
+    """The reference, handed another generator than the one it was given."""
+
+    def answer(*args: Any) -> Any:
+        return reference(*(replacement() if isinstance(arg, torch.Generator) else arg for arg in args))
+
+    return answer
+
+
+def _from_the_global_generator() -> torch.Generator:
+    return torch.Generator().manual_seed(int(torch.randint(2**62, (1,))))
+
+
+def _from_a_fixed_seed() -> torch.Generator:
+    return torch.Generator().manual_seed(1234)
+
+
+def test_there_is_an_exercise_that_takes_a_generator():
+    assert {"09.get_batch", "10.sample"} <= {e.id for e in RANDOM}
+
+
+@pytest.mark.parametrize("replacement", [_from_the_global_generator, _from_a_fixed_seed], ids=["global", "fixed-seed"])
+@pytest.mark.parametrize("exercise", RANDOM, ids=_id)
+def test_an_answer_that_ignores_the_generator_is_told_so(exercise, replacement):
+    result = check(exercise.id, _ignoring_the_generator(exercise.reference, replacement))
+    assert result.kind == "randomness" and result.points == 0, result.verdict
+    assert "It looks like you ignored the `generator` argument." in result.verdict
+    assert result.summary == "does not draw from its generator: ignored the generator it was given"
+
+
+def test_a_sampler_that_forgets_the_generator_loses_its_points():
+    def sample(logits, temperature, generator):
+        if temperature == 0:
+            return logits.argmax(dim=-1)
+        return torch.multinomial(torch.softmax(logits / temperature, dim=-1), 1).squeeze(-1)
+
+    result = check("10.sample", sample)
+    assert result.kind == "randomness" and "drew from PyTorch's global random generator" in result.verdict
+
+
+def test_a_check_leaves_the_notebooks_random_numbers_alone():
+    def sample(logits, temperature, generator):
+        return torch.multinomial(torch.softmax(logits, dim=-1), 1).squeeze(-1)
+
+    state = torch.random.get_rng_state()
+    check("10.sample", sample)
+    assert torch.equal(torch.random.get_rng_state(), state)
+
+
+# --- the text of every verdict ------------------------------------------------------------------------------------------
+
+
+def _generic_wrong_answers() -> list[Callable[..., Any]]:
+    def stub(*args: Any) -> Any:
+        raise NotImplementedError("write your solution here")
+
+    def raises(*args: Any) -> Any:
+        raise ValueError("something went wrong.")
+
+    def returns_none(*args: Any) -> None:
+        return None
+
+    def returns_text(*args: Any) -> str:
+        return "answer"
+
+    return [stub, raises, returns_none, returns_text]
+
+
+_CODE_SPAN = re.compile(r"`[^`]*`|\[[^\]]*\]")  # code, and index notation such as [0, :]
+_LINT = {
+    "doubled punctuation": re.compile(r"\.\s*\.|[,;:]\s*[.,;:!?]|[.!?]\s*[,;:]"),
+    "an empty detail": re.compile(r"\s\(\s*\)|:\s*[.)]|\(\s*[.,]|\bOn\s*,|\byou\s*\.|\s[,.](\s|$)"),
+    "a tensor's repr": re.compile(r"tensor\(|Parameter containing"),
+}
+
+
+def lint(exercise_id: str, result: CheckResult) -> list[str]:
+    """What is wrong with a verdict's text: an empty list when nothing is."""
+    problems = []
+    if not result.verdict.startswith(f"{exercise_id}: "):
+        problems.append("the headline does not start with the exercise's name")
+    for text, what in ((result.verdict, "verdict"), (result.summary, "summary")):
+        if "\n" in text or "\x1b" in text:
+            problems.append(f"the {what} is not one plain line")
+        prose = _CODE_SPAN.sub("`code`", text)
+        problems += [f"{name} in the {what}: {m.group(0)!r}" for name, pattern in _LINT.items() if (m := pattern.search(prose))]
+    if len(result.summary) > 200:
+        problems.append(f"the summary is {len(result.summary)} characters long, more than a table's line")
+    if not result.verdict.endswith((".", "?", "!")):
+        problems.append("the verdict does not end a sentence")
+    return problems
+
+
+def _answers(exercise: Exercise) -> list[tuple[str, Callable[..., Any]]]:
+    answers = [("reference", exercise.reference)]
+    answers += [(f"{m.name}[{i}]", v) for m in exercise.mistakes for i, v in enumerate(m.variants)]
+    answers += [(mutant.name, mutant.implementation) for mutant in exercise.mutants]
+    if exercise in RANDOM:
+        answers += [(r.__name__, _ignoring_the_generator(exercise.reference, r))
+                    for r in (_from_the_global_generator, _from_a_fixed_seed)]
+    return answers + [(f.__name__, f) for f in _generic_wrong_answers()]
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=_id)
+def test_every_verdict_passes_the_text_lint(exercise):
+    problems = {}
+    for name, answer in _answers(exercise):
+        result = check(exercise.id, answer)
+        if found := lint(exercise.id, result):
+            problems[name] = (found, result.verdict)
+    assert not problems, problems
+
+
+def test_the_lint_catches_what_it_is_for():
+    def result(verdict: str, summary: str = "wrong values") -> CheckResult:
+        return CheckResult("03.attention", "wrong_values", 0, 2, summary, verdict)
+
+    assert lint("03.attention", result("03.attention: wrong values (0/2 points). Fine, `x[..., 0]` and all.")) == []
+    assert "doubled punctuation" in lint("03.attention", result("03.attention: wrong (0/2 points). Done..")).pop()
+    assert "an empty detail" in lint("03.attention", result("03.attention: wrong (0/2 points). On , x.")).pop()
+    assert "a tensor's repr" in lint("03.attention", result("03.attention: wrong. tensor([1, 2]).")).pop()
+    assert lint("03.causal_mask", result("03.attention: x.")) == ["the headline does not start with the exercise's name"]
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=_id)
+def test_every_catalogue_string_reads_as_the_verdict_uses_it(exercise):
+    texts = {"hint": exercise.hint, "checked": exercise.checked, "nan_hint": exercise.nan_hint}
+    for mistake in exercise.mistakes:
+        assert mistake.description[:1].islower() and not mistake.description.endswith("."), mistake.name
+        texts[f"{mistake.name}.description"], texts[f"{mistake.name}.fix"] = mistake.description, mistake.fix
+    for mutant in exercise.mutants:
+        assert mutant.what.strip(), mutant.name
+    for where, text in texts.items():
+        assert text.strip(), where
+        prose = _CODE_SPAN.sub("`code`", text)
+        found = [name for name, pattern in _LINT.items() if pattern.search(prose)]
+        assert not found, (where, found, text)

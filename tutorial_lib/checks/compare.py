@@ -1,0 +1,253 @@
+"""Comparing an answer's output with the reference's, and saying what differs in terms of the output.
+
+A verdict that names no known mistake must still tell the learner where to look: which entries differ (counted, and
+located by the axes they fall on: "rows 3–5", "from position 2 on"), by how much, and the expected and obtained values
+on a small slice. NaN and infinities are described as such, never as a difference of 1e38.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+# (rtol, atol) per dtype: torch.testing.assert_close's defaults, loose enough for any order of operations.
+TOLERANCES = {
+    torch.float16: (1e-3, 1e-5),
+    torch.bfloat16: (1.6e-2, 1e-5),
+    torch.float32: (1.3e-6, 1e-5),
+    torch.float64: (1e-7, 1e-7),
+}
+_SLICE = 6  # values shown of the row around the first difference
+_AXES_SHOWN = 3  # at most this many axes in a location
+
+
+@dataclass(frozen=True)
+class Failure:
+    """How an output is wrong: a verdict kind and a clause that says what differs (no final full stop)."""
+
+    kind: str
+    detail: str
+
+
+def describe_type(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)} and dtype {str(value.dtype).removeprefix('torch.')}"
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)} items"
+    return "None" if value is None else f"a value of type {type(value).__name__}"
+
+
+# --- structure: pair the learner's tensors with the reference's --------------------------------------------------------
+
+
+def _leaves(want: Any, got: Any, name: str) -> tuple[list[tuple[str, torch.Tensor, torch.Tensor]], Failure | None]:
+    if isinstance(want, torch.Tensor):
+        if not isinstance(got, torch.Tensor):
+            return [], Failure("wrong_type", f"{name} should be a tensor, got {describe_type(got)}")
+        if got.shape != want.shape:
+            return [], Failure("wrong_shape", f"{name} has shape {tuple(got.shape)} but should have {tuple(want.shape)}")
+        if got.dtype != want.dtype:
+            return [], Failure("wrong_type", f"{name} has dtype {got.dtype} but should have {want.dtype}")
+        if got.device != want.device:
+            return [], Failure("wrong_type", f"{name} is on {got.device} but should be on {want.device}, like the inputs")
+        return [(name, want, got)], None
+    if isinstance(want, (tuple, list)):
+        if not isinstance(got, (tuple, list)) or len(got) != len(want):
+            return [], Failure("wrong_type", f"{name} should be a tuple of {len(want)} items, got {describe_type(got)}")
+        pairs: list[tuple[str, torch.Tensor, torch.Tensor]] = []
+        for index, (want_item, got_item) in enumerate(zip(want, got)):
+            item_pairs, failure = _leaves(want_item, got_item, f"item {index} of {name}")
+            if failure:
+                return [], failure
+            pairs.extend(item_pairs)
+        return pairs, None
+    if type(got) is not type(want):
+        return [], Failure("wrong_type", f"{name} should be {describe_type(want)}, got {describe_type(got)}")
+    if got != want:
+        return [], Failure("wrong_values", f"{name} is {got!r} but should be {want!r}")
+    return [], None
+
+
+def named_leaves(outputs: Sequence[str], want: Any, got: Any) -> tuple[list[tuple[str, Any, Any]], Failure | None]:
+    """Pairs (name, reference tensor, learner tensor), or the first way the structure differs."""
+    if len(outputs) == 1:
+        return _leaves(want, got, outputs[0])
+    if not isinstance(got, (tuple, list)) or len(got) != len(outputs):
+        return [], Failure("wrong_type", f"it should return a tuple ({', '.join(outputs)}), got {describe_type(got)}")
+    pairs: list[tuple[str, Any, Any]] = []
+    for name, want_item, got_item in zip(outputs, want, got):
+        item_pairs, failure = _leaves(want_item, got_item, name)
+        if failure:
+            return [], failure
+        pairs.extend(item_pairs)
+    return pairs, None
+
+
+# --- closeness ------------------------------------------------------------------------------------------------------------
+
+
+def _isclose(want: torch.Tensor, got: torch.Tensor, tolerance: tuple[float, float] | None) -> torch.Tensor:
+    """Entry-wise: equal, or within tolerance for floating point; NaN equals NaN, inf equals inf of the same sign."""
+    if want.is_floating_point() or want.is_complex():
+        rtol, atol = tolerance or TOLERANCES.get(want.dtype, (1e-5, 1e-8))
+        return torch.isclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
+    return got == want
+
+
+def close(want: torch.Tensor, got: torch.Tensor, tolerance: tuple[float, float] | None) -> bool:
+    return bool(_isclose(want, got, tolerance).all())
+
+
+def same(a: Any, b: Any, tolerance: tuple[float, float] | None) -> bool:
+    """Same structure, types, shapes and dtypes, values within tolerance (NaN equals NaN). Generators count as the
+    same: how many numbers an answer drew is not part of what it did."""
+    if isinstance(a, torch.Generator) and isinstance(b, torch.Generator):
+        return True
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return (
+            isinstance(a, torch.Tensor)
+            and isinstance(b, torch.Tensor)
+            and a.shape == b.shape
+            and a.dtype == b.dtype
+            and a.device == b.device
+            and close(a, b, tolerance)
+        )
+    if isinstance(a, (tuple, list)) or isinstance(b, (tuple, list)):
+        return (
+            isinstance(a, (tuple, list))
+            and isinstance(b, (tuple, list))
+            and len(a) == len(b)
+            and all(same(x, y, tolerance) for x, y in zip(a, b))
+        )
+    return type(a) is type(b) and a == b
+
+
+# --- saying where and how an output differs ------------------------------------------------------------------------------
+
+
+def _ranges(indices: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0–2, 5, 7–8' (at most four groups, then '…')."""
+    groups: list[list[int]] = []
+    for index in indices:
+        if groups and index == groups[-1][-1] + 1:
+            groups[-1].append(index)
+        else:
+            groups.append([index])
+    text = [f"{g[0]}–{g[-1]}" if len(g) > 2 else ", ".join(map(str, g)) for g in groups[:4]]
+    return ", ".join(text) + (", …" if len(groups) > 4 else "")
+
+
+def _axis_names(shape: torch.Size, names: str | None) -> list[str]:
+    """Names for every axis: the declared trailing names, else 'row'/'column' for the last two, 'axis k' before."""
+    declared = names.split() if names else []
+    labels = [f"axis {axis}" for axis in range(len(shape))]
+    if declared:
+        for offset, label in enumerate(reversed(declared), start=1):
+            if offset <= len(shape):
+                labels[-offset] = label
+    elif len(shape) >= 2:
+        labels[-2:] = ["row", "column"]
+    elif len(shape) == 1:
+        labels[0] = "position"
+    return labels
+
+
+def _place(label: str, hit: list[int], size: int) -> str:
+    """One axis of a location: 'rows 3–5', 'from position 2 on', 'query_pos 0, 4', 'indices 1–2 of axis 0'."""
+    suffix = len(hit) > 1 and hit[0] > 0 and hit[-1] == size - 1 and len(hit) == size - hit[0]
+    if label.startswith("axis "):
+        if suffix:
+            return f"from index {hit[0]} on along {label}"
+        return f"{'index' if len(hit) == 1 else 'indices'} {_ranges(hit)} of {label}"
+    if suffix:
+        return f"from {label} {hit[0]} on"
+    plural = label + "s" if len(hit) > 1 and label in ("row", "column", "position") else label
+    return f"{plural} {_ranges(hit)}"
+
+
+def locate(mask: torch.Tensor, names: str | None = None) -> str:
+    """Where ``mask`` is True, e.g. 'at 12 of 96 entries (row 2, columns 3–5)' or 'at every entry'."""
+    count, total = int(mask.sum()), mask.numel()
+    if total == 1:
+        return ""
+    if count == total:
+        return "at every entry"
+    places = []
+    for axis, label in enumerate(_axis_names(mask.shape, names)):
+        if mask.shape[axis] < 2:
+            continue
+        other = [d for d in range(mask.dim()) if d != axis]
+        hit = (mask.any(dim=other) if other else mask).nonzero().flatten().tolist()
+        if len(hit) < mask.shape[axis]:
+            places.append(_place(label, hit, mask.shape[axis]))
+    where = f"at {count} of {total} entries"
+    return where + (f" ({', '.join(places[:_AXES_SHOWN])})" if places else "")
+
+
+def _number(value: float | int | bool) -> str:
+    if isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, int):
+        return str(value)
+    return f"{value:.4g}"
+
+
+def _values(row: torch.Tensor, start: int, stop: int) -> str:
+    shown = ", ".join(_number(v) for v in row[start:stop].tolist())
+    return "[" + ("…, " if start > 0 else "") + shown + (", …" if stop < row.numel() else "") + "]"
+
+
+def show_slice(want: torch.Tensor, got: torch.Tensor, mask: torch.Tensor) -> str:
+    """The expected and obtained values around the first entry where ``mask`` is True, on one row of the last axis."""
+    first = tuple(mask.nonzero()[0].tolist()) if mask.dim() else ()
+    if not first:
+        return f"expected {_number(want.item())}, got {_number(got.item())}"
+    row_index, column = first[:-1], first[-1]
+    row_want, row_got = want[row_index].flatten(), got[row_index].flatten()
+    start = max(0, min(column - 2, row_want.numel() - _SLICE))
+    stop = min(row_want.numel(), start + _SLICE)
+    at = "[" + ", ".join([*map(str, row_index), ":"]) + "]"
+    suffix = " (1 = True)" if want.dtype == torch.bool else ""
+    return f"at {at} expected {_values(row_want, start, stop)}, got {_values(row_got, start, stop)}{suffix}"
+
+
+def tensor_failure(name: str, want: torch.Tensor, got: torch.Tensor, tolerance: tuple[float, float] | None,
+                   axes: str | None = None) -> Failure | None:
+    """How ``got`` differs from ``want`` (same shape, dtype and device), or None when they agree."""
+    if want.is_floating_point():
+        new_nan = got.isnan() & ~want.isnan()
+        if new_nan.any():
+            return Failure("nan", f"{name} is NaN {locate(new_nan, axes)} where the reference is not: "
+                                  f"{show_slice(want, got, new_nan)}")
+        lost_inf = want.isinf() & ~got.isinf()
+        if lost_inf.any():
+            signs = {"-inf" if v < 0 else "inf" for v in want[lost_inf].tolist()}
+            return Failure("wrong_values", f"{name} should be {' or '.join(sorted(signs))} {locate(lost_inf, axes)} "
+                                           f"but is finite there: {show_slice(want, got, lost_inf)}")
+        new_inf = got.isinf() & ~want.isinf()
+        if new_inf.any():
+            return Failure("inf", f"{name} is infinite {locate(new_inf, axes)} where the reference is finite: "
+                                  f"{show_slice(want, got, new_inf)}")
+    wrong = ~_isclose(want, got, tolerance)
+    if not wrong.any():
+        return None
+    text = f"{name} differs from the reference {locate(wrong, axes)}".rstrip()
+    if want.is_floating_point():
+        both_finite = wrong & want.isfinite() & got.isfinite()
+        if both_finite.any():
+            text += f" by up to {(got - want)[both_finite].abs().max().item():.3g}"
+    return Failure("wrong_values", f"{text}: {show_slice(want, got, wrong)}")
+
+
+def overflow_hint(got: Any) -> str:
+    """What to do about an infinity where the reference is finite: +inf is an overflow, -inf an underflow's log."""
+    tensors = [got] if isinstance(got, torch.Tensor) else [t for t in (got or ()) if isinstance(t, torch.Tensor)]
+    positive = any(t.is_floating_point() and bool((t == float("inf")).any()) for t in tensors)
+    if positive:
+        return ("That is an overflow: exp() of a number above about 88 is inf in float32. Subtract the maximum before "
+                "exponentiating (softmax(x) = softmax(x - max x)), or stay in log space (torch.logsumexp).")
+    return ("That is an underflow: a product or probability rounded to 0, and its log is -inf. Stay in log space "
+            "(torch.log_softmax, torch.logsumexp) instead of taking the log of a probability.")
