@@ -127,6 +127,11 @@ def causal_future(seq_len):  # the "True = masked" convention of many tutorials
     return torch.triu(torch.ones(seq_len, seq_len, dtype=torch.bool), diagonal=1)
 
 
+def causal_next_token(seq_len):
+    positions = torch.arange(seq_len)
+    return positions[None, :] <= positions[:, None] + 1
+
+
 def causal_strict(seq_len):
     positions = torch.arange(seq_len)
     return positions[:, None] > positions[None, :]
@@ -162,6 +167,22 @@ def window_both_sides(seq_len, window):
     return (query - key).abs() < window
 
 
+def window_too_narrow(seq_len, window):
+    mask = torch.zeros(seq_len, seq_len, dtype=torch.bool)
+    for t in range(seq_len):
+        mask[t, max(0, t - window + 2): t + 1] = True
+    return mask
+
+
+def window_without_self(seq_len, window):
+    query, key = torch.meshgrid(torch.arange(seq_len), torch.arange(seq_len), indexing="ij")
+    return (query - key >= 1) & (query - key <= window)
+
+
+def window_first_keys(seq_len, window):
+    return torch.ones(seq_len, seq_len, dtype=torch.bool).tril() & (torch.arange(seq_len) < window)
+
+
 LEARNER_MISTAKES = [
     ("03.attention", no_scale, "no_scale"),
     ("03.attention", divide_by_d_k, "divided_by_d_k"),
@@ -178,8 +199,9 @@ LEARNER_MISTAKES = [
     ("03.attention", q_in_place, "scaled_q_in_place"),
     ("03.attention", swapped_outputs, "swapped_outputs"),
     ("03.causal_mask", causal_upper, "upper_triangle"),
-    ("03.causal_mask", causal_future, "upper_triangle"),
+    ("03.causal_mask", causal_future, "true_means_masked"),
     ("03.causal_mask", causal_strict, "excluded_diagonal"),
+    ("03.causal_mask", causal_next_token, "sees_the_next_token"),
     ("03.causal_mask", causal_float, "not_bool"),
     ("03.padding_mask", padding_inverted, "inverted"),
     ("03.padding_mask", padding_off_by_one, "off_by_one"),
@@ -187,6 +209,9 @@ LEARNER_MISTAKES = [
     ("03.padding_mask", padding_axis_last, "query_axis_last"),
     ("03.sliding_window_mask", window_too_wide, "one_too_wide"),
     ("03.sliding_window_mask", window_both_sides, "not_causal"),
+    ("03.sliding_window_mask", window_too_narrow, "one_too_narrow"),
+    ("03.sliding_window_mask", window_without_self, "excluded_self"),
+    ("03.sliding_window_mask", window_first_keys, "window_from_the_start"),
 ]
 
 REFERENCES = {

@@ -5,6 +5,8 @@ Each graded notebook runs in a fresh kernel (a few seconds), so mistakes of diff
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import shutil
 from pathlib import Path
@@ -57,7 +59,9 @@ PLANTED = {
     ],
     "causal_mask": [
         ("upper_triangle", "return torch.triu(torch.ones(seq_len, seq_len, dtype=torch.bool))"),
+        ("true_means_masked", "return torch.ones(seq_len, seq_len, dtype=torch.bool).triu(1)"),
         ("excluded_diagonal", "return torch.tril(torch.ones(seq_len, seq_len, dtype=torch.bool), diagonal=-1)"),
+        ("sees_the_next_token", "return torch.ones(seq_len, seq_len).tril(1).bool()"),
         ("not_bool", "return torch.tril(torch.ones(seq_len, seq_len))"),
     ],
     "padding_mask": [
@@ -69,8 +73,16 @@ PLANTED = {
     "sliding_window_mask": [
         ("one_too_wide", "query, key = torch.arange(seq_len)[:, None], torch.arange(seq_len)[None, :]\n"
                          "return (key <= query) & (query - key <= window)"),
+        ("one_too_narrow", "query, key = torch.arange(seq_len)[:, None], torch.arange(seq_len)[None, :]\n"
+                           "return (key <= query) & (query - key < window - 1)"),
         ("not_causal", "query, key = torch.arange(seq_len)[:, None], torch.arange(seq_len)[None, :]\n"
                        "return (query - key).abs() < window"),
+        ("excluded_self", "mask = torch.zeros(seq_len, seq_len, dtype=torch.bool)\n"
+                          "for t in range(seq_len):\n"
+                          "    mask[t, max(0, t - window):t] = True\n"
+                          "return mask"),
+        ("window_from_the_start", "query, key = torch.arange(seq_len)[:, None], torch.arange(seq_len)[None, :]\n"
+                                  "return (key <= query) & (key < window)"),
     ],
 }
 EXERCISE_OF = {
@@ -158,12 +170,75 @@ def test_crashes_timeouts_and_missing_checks_are_graded_on_what_ran(tmp_path, ca
     (notebook,) = report["notebooks"]
     assert notebook["status"] == "timed out after 10 s; graded on what ran"
     assert [(e["exercise_id"], e["points"], e["summary"]) for e in notebook["exercises"]] == [
-        ("03.attention", 0, "not run"),
+        ("03.attention", 0, "not run: the notebook has no check of it"),
         ("03.causal_mask", 1, "correct"),
         ("03.padding_mask", 1, "correct"),
-        ("03.sliding_window_mask", 0, "not run"),
+        ("03.sliding_window_mask", 0, "not run: the notebook's 10 s ran out at cell 5"),
     ]
     assert (report["points"], report["max_points"]) == (2, 5)
+    assert [row["verdict"] for row in report["rows"]] == [e["summary"] for e in notebook["exercises"]]
+
+
+def test_a_dead_kernel_scores_zero_for_what_remains_and_says_why(tmp_path):
+    path = tmp_path / "03_submission.ipynb"
+    nbformat.write(new_notebook(cells=[
+        new_code_cell("import os, torch\nfrom tutorial_lib.checks import check"),
+        new_code_cell('check("03.causal_mask", lambda seq_len: torch.ones(seq_len, seq_len, dtype=torch.bool).tril())'),
+        new_code_cell("os._exit(1)"),
+        new_code_cell('check("03.padding_mask", print)'),
+        new_code_cell('check("03.attention", undefined_name)'),
+    ]), path)
+    result = grade.grade_notebook(path, timeout=60)
+    assert result.status == "the kernel died; graded on what ran"
+    assert [(g.exercise_id, g.points, g.summary) for g in result.exercises] == [
+        ("03.attention", 0, "not run: the kernel died at cell 2"),
+        ("03.causal_mask", 1, "correct"),
+        ("03.padding_mask", 0, "not run: the kernel died at cell 2"),
+        ("03.sliding_window_mask", 0, "not run: the notebook has no check of it"),
+    ]
+
+
+def test_a_check_whose_cell_raised_first_says_so_and_a_lost_point_says_why(tmp_path, capsys):
+    path = tmp_path / "03_submission.ipynb"
+    nbformat.write(new_notebook(cells=[
+        new_code_cell("import math, torch\nfrom tutorial_lib.checks import check"),
+        new_code_cell('check("03.attention", undefined_name)'),
+        new_code_cell('check("03.causal_mask", lambda seq_len: torch.ones(seq_len, seq_len).tril())'),
+        new_code_cell('check("03.padding_mask", lambda lengths, seq_len: (torch.arange(seq_len) < lengths[:, None] + 1)[:, None])'),
+    ]), path)
+    assert grade.main([str(path), "--format", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [(r["exercise"], r["points"], r["max_points"], r["verdict"]) for r in rows] == [
+        ("03.attention", "0", "2", "not run: its check's cell 1 raised NameError"),
+        ("03.causal_mask", "0", "1", "wrong type: returned numbers instead of booleans"),
+        ("03.padding_mask", "0", "1", "wrong values: let each sequence see one padding position too many"),
+        ("03.sliding_window_mask", "0", "1", "not run: the notebook has no check of it"),
+    ]
+    assert {r["notebook"] for r in rows} == {str(path)}
+
+
+def test_an_uncatalogued_lost_point_is_explained_in_one_line(tmp_path):
+    path = tmp_path / "03_submission.ipynb"
+    nbformat.write(new_notebook(cells=[
+        new_code_cell("import torch\nfrom tutorial_lib.checks import check"),
+        new_code_cell('check("03.causal_mask", lambda seq_len: torch.ones(seq_len, seq_len, dtype=torch.bool).tril(-2))'),
+    ]), path)
+    (exercise,) = [g for g in grade.grade_notebook(path).exercises if g.points == 0 and g.exercise_id == "03.causal_mask"]
+    assert exercise.summary == "wrong values: the mask differs from the reference at 7 of 16 entries"
+
+
+def test_a_folder_is_graded_in_parallel_with_one_thread_per_kernel(tmp_path, monkeypatch):
+    for name in ("03_a.ipynb", "03_b.ipynb"):
+        nbformat.write(new_notebook(cells=[
+            new_code_cell("import os, torch\nfrom tutorial_lib.checks import check"),
+            new_code_cell("assert os.environ['OMP_NUM_THREADS'] == '1' and torch.get_num_threads() == 1"),
+            new_code_cell('check("03.causal_mask", lambda seq_len: torch.ones(seq_len, seq_len, dtype=torch.bool).tril())'),
+        ]), tmp_path / name)
+    monkeypatch.setattr(grade.os, "cpu_count", lambda: 2)
+    grades = grade.grade_all(sorted(tmp_path.glob("*.ipynb")), timeout=120, jobs=2)
+    assert [g.status for g in grades] == ["ran to the end", "ran to the end"]
+    assert [g.path for g in grades] == [str(tmp_path / "03_a.ipynb"), str(tmp_path / "03_b.ipynb")]
+    assert [g.points for g in grades] == [1, 1]
 
 
 def test_a_folder_is_graded_notebook_by_notebook_even_when_one_is_unreadable(tmp_path, capsys):
@@ -175,7 +250,7 @@ def test_a_folder_is_graded_notebook_by_notebook_even_when_one_is_unreadable(tmp
     corrupt, exercise = report["notebooks"]
     assert corrupt["path"] == str(tmp_path / "03_corrupt.ipynb") and exercise["path"] == str(tmp_path / NAME)
     assert corrupt["status"].startswith("could not read the notebook")
-    assert [e["summary"] for e in corrupt["exercises"]] == ["not run"] * 4
+    assert [e["summary"] for e in corrupt["exercises"]] == ["not run: the notebook could not be read"] * 4
     assert exercise["status"] == "ran to the end"
     assert (report["points"], report["max_points"]) == (0, 10)
 

@@ -7,12 +7,18 @@ Adding chapter NN's exercises:
 
 1. ``tutorial_lib/checks/chNN.py``: declare each :class:`Exercise` (id ``"NN.name"``, the package's reference,
    a function building seeded :class:`Case` inputs, points, what a pass checks, a hint) with its :class:`Mistake`
-   catalogue, each mistake one or more small wrong implementations; end with ``register(...)``. A class exercise
-   passes ``call=`` to say how a module is built and run.
+   catalogue (at least four, each one or more wrong implementations written as a learner writes them) and its
+   :class:`Mutant` list (at least two plausible wrong answers that are *not* in the catalogue); end with
+   ``register(...)``. A class exercise passes ``call=`` to say how a module is built and run; a ``call`` that must
+   examine the learner's output raises :class:`WrongOutput` when it cannot. A function that draws random numbers
+   takes a ``generator`` and its cases pass one: the core checks that the answer draws from it alone.
 2. ``solutions/NN_slug.ipynb``: the header cells, then per exercise a function whose body holds the solution between
    ``# BEGIN SOLUTION`` and ``# END SOLUTION``, followed by a cell ``check("NN.name", function)``.
 3. ``make exercises`` writes and executes ``exercises/NN_slug.ipynb``; ``make test`` checks that it is in sync,
-   that every catalogued mistake is named, and that the solutions score full marks.
+   that the solutions score full marks, and (tests/test_check_catalogue.py, with no new test code) that every
+   catalogued mistake is named as itself and no other, that every mutant loses its points without being named, that
+   ignoring a generator is caught, and that every verdict's text passes the lint. ``tools/catalogue_report.py``
+   prints the counts per chapter.
 """
 
 from tutorial_lib.checks.core import (

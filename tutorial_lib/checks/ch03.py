@@ -12,7 +12,7 @@ import math
 import torch
 
 from tutorial_lib import attention as reference
-from tutorial_lib.checks.core import Case, Exercise, Mistake, register
+from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
 
 # --- 03.attention ---------------------------------------------------------------------------------------------------
 
@@ -131,6 +131,28 @@ def _swapped_outputs(q, k, v, mask=None):
     return weights, out
 
 
+def _multiply_by_sqrt_d_k(q, k, v, mask=None):
+    weights = _masked_softmax(q @ k.transpose(-2, -1) * math.sqrt(q.shape[-1]), mask)
+    return weights @ v, weights
+
+
+def _bmm(q, k, v, mask=None):  # torch.bmm takes 3-D tensors only
+    weights = _masked_softmax(torch.bmm(q, k.transpose(1, 2)) / math.sqrt(q.shape[-1]), mask)
+    return torch.bmm(weights, v), weights
+
+
+def _softmax_in_float32(q, k, v, mask=None):
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).float()
+    weights = _masked_softmax(scores, mask)
+    return weights @ v.float(), weights
+
+
+def _unmasked_weights_returned(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    masked = _masked_softmax(scores, mask)
+    return masked @ v, torch.softmax(scores, dim=-1)
+
+
 ATTENTION = Exercise(
     id="03.attention",
     reference=reference.scaled_dot_product_attention,
@@ -185,6 +207,13 @@ ATTENTION = Exercise(
         Mistake("swapped_outputs", "returned (weights, out) instead of (out, weights)",
                 "Return the output first: `return weights @ v, weights`.", (_swapped_outputs,)),
     ),
+    mutants=(
+        Mutant("multiplied_by_sqrt_d_k", "multiplies the scores by √d_k instead of dividing", _multiply_by_sqrt_d_k),
+        Mutant("bmm", "uses torch.bmm, which takes 3-D tensors only", _bmm),
+        Mutant("softmax_in_float32", "casts the scores to float32, so float64 inputs give float32 outputs",
+               _softmax_in_float32),
+        Mutant("unmasked_weights_returned", "returns the weights of the unmasked scores", _unmasked_weights_returned),
+    ),
 )
 
 
@@ -195,15 +224,20 @@ def _seq_len_cases(generator: torch.Generator) -> list[Case]:
     return [Case.of(seq_len=4), Case.of(seq_len=7), Case.of(seq_len=1)]
 
 
-def _upper_triangle(offset: int):
-    def causal_mask(seq_len):
-        return torch.triu(torch.ones(seq_len, seq_len, dtype=torch.bool), diagonal=offset)
+def _upper_triangle(seq_len):
+    return torch.triu(torch.ones(seq_len, seq_len, dtype=torch.bool))
 
-    return causal_mask
+
+def _true_means_masked(seq_len):  # the convention of nn.MultiheadAttention's boolean attn_mask
+    return torch.triu(torch.ones(seq_len, seq_len, dtype=torch.bool), diagonal=1)
 
 
 def _strict_lower_triangle(seq_len):
     return torch.tril(torch.ones(seq_len, seq_len, dtype=torch.bool), diagonal=-1)
+
+
+def _sees_the_next_token(seq_len):
+    return torch.tril(torch.ones(seq_len, seq_len, dtype=torch.bool), diagonal=1)
 
 
 def _tril_of(dtype: torch.dtype):
@@ -211,6 +245,14 @@ def _tril_of(dtype: torch.dtype):
         return torch.tril(torch.ones(seq_len, seq_len, dtype=dtype))
 
     return causal_mask
+
+
+def _additive_mask(seq_len):  # nn.Transformer.generate_square_subsequent_mask's form
+    return torch.triu(torch.full((seq_len, seq_len), float("-inf")), diagonal=1)
+
+
+def _with_batch_axis(seq_len):
+    return torch.tril(torch.ones(seq_len, seq_len, dtype=torch.bool))[None]
 
 
 CAUSAL_MASK = Exercise(
@@ -224,13 +266,23 @@ CAUSAL_MASK = Exercise(
     mistakes=(
         Mistake("upper_triangle", "built the upper triangle instead of the lower one",
                 "True means *may attend*, and position t may attend to 0 … t (the past), so True belongs on and "
-                "below the diagonal: `torch.tril`.", (_upper_triangle(0), _upper_triangle(1))),
+                "below the diagonal: `torch.tril`.", (_upper_triangle,)),
+        Mistake("true_means_masked", "marked the positions to hide (True = masked) instead of those to see",
+                "That is the convention of `nn.MultiheadAttention`'s boolean `attn_mask`; here True means *may "
+                "attend*: `torch.tril(torch.ones(seq_len, seq_len, dtype=torch.bool))`.", (_true_means_masked,)),
         Mistake("excluded_diagonal", "left out the diagonal",
                 "A position may attend to itself: keep the diagonal (`torch.tril(..., diagonal=0)`).",
                 (_strict_lower_triangle,)),
+        Mistake("sees_the_next_token", "let each position see the next one (`diagonal=1`)",
+                "With `diagonal=1` position t also sees t + 1, the token it must predict: use the default "
+                "`diagonal=0`.", (_sees_the_next_token,)),
         Mistake("not_bool", "returned numbers instead of booleans",
                 "Masks are boolean (True = may attend): create the ones with `dtype=torch.bool`, or compare "
                 "positions, `key <= query`.", (_tril_of(torch.float32), _tril_of(torch.int64))),
+    ),
+    mutants=(
+        Mutant("additive_mask", "returns nn.Transformer's additive float mask (0 and -inf)", _additive_mask),
+        Mutant("batch_axis", "adds a leading batch axis: (1, seq_len, seq_len)", _with_batch_axis),
     ),
 )
 
@@ -262,6 +314,18 @@ def _padding_query_axis_last(lengths, seq_len):
     return (torch.arange(seq_len)[None, :] < lengths[:, None])[:, :, None]
 
 
+def _padding_as_long(lengths, seq_len):
+    return (torch.arange(seq_len)[None, :] < lengths[:, None]).long()[:, None, :]
+
+
+def _padding_to_longest(lengths, seq_len):  # ignores seq_len
+    return (torch.arange(int(lengths.max()))[None, :] < lengths[:, None])[:, None, :]
+
+
+def _padding_leading_axis(lengths, seq_len):
+    return (torch.arange(seq_len)[None, :] < lengths[:, None])[None]
+
+
 PADDING_MASK = Exercise(
     id="03.padding_mask",
     reference=reference.padding_mask,
@@ -284,6 +348,11 @@ PADDING_MASK = Exercise(
                 "A (batch, seq_len, 1) mask hides padding *queries*; the keys are the last axis, so the "
                 "singleton goes in the middle: (batch, 1, seq_len).", (_padding_query_axis_last,)),
     ),
+    mutants=(
+        Mutant("long_dtype", "returns 0/1 integers instead of booleans", _padding_as_long),
+        Mutant("padded_to_longest", "ignores seq_len and pads to the longest length", _padding_to_longest),
+        Mutant("leading_singleton", "puts the singleton axis first: (1, batch, seq_len)", _padding_leading_axis),
+    ),
 )
 
 
@@ -298,14 +367,48 @@ def _window_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
+def _positions(seq_len):
+    return torch.arange(seq_len)[:, None], torch.arange(seq_len)[None, :]
+
+
 def _window_one_too_wide(seq_len, window):
-    query, key = torch.arange(seq_len)[:, None], torch.arange(seq_len)[None, :]
+    query, key = _positions(seq_len)
     return (key <= query) & (key >= query - window)
 
 
+def _window_one_too_narrow(seq_len, window):
+    query, key = _positions(seq_len)
+    return (key <= query) & (key > query - window + 1)
+
+
 def _window_not_causal(seq_len, window):
-    query, key = torch.arange(seq_len)[:, None], torch.arange(seq_len)[None, :]
+    query, key = _positions(seq_len)
     return (key - query).abs() < window
+
+
+def _window_without_self(seq_len, window):
+    query, key = _positions(seq_len)
+    return (key < query) & (key >= query - window)
+
+
+def _window_from_the_start(seq_len, window):
+    query, key = _positions(seq_len)
+    return (key <= query) & (key < window)
+
+
+def _window_ignored(seq_len, window):
+    query, key = _positions(seq_len)
+    return key <= query
+
+
+def _window_looking_ahead(seq_len, window):
+    query, key = _positions(seq_len)
+    return (key >= query) & (key < query + window)
+
+
+def _window_as_float(seq_len, window):
+    query, key = _positions(seq_len)
+    return ((key <= query) & (key > query - window)).float()
 
 
 SLIDING_WINDOW_MASK = Exercise(
@@ -320,8 +423,22 @@ SLIDING_WINDOW_MASK = Exercise(
         Mistake("one_too_wide", "let each position see window + 1 keys",
                 "Position t sees t - window + 1 … t, which is `window` keys: `key > query - window`.",
                 (_window_one_too_wide,)),
+        Mistake("one_too_narrow", "let each position see only window - 1 keys",
+                "The window counts the position itself: t sees t - window + 1 … t, so `key > query - window`.",
+                (_window_one_too_narrow,)),
         Mistake("not_causal", "let positions see the future inside the window",
                 "A sliding window is still causal: add `key <= query`.", (_window_not_causal,)),
+        Mistake("excluded_self", "left each position out of its own window",
+                "A position sees itself and the window - 1 before it: `(key <= query) & (key > query - window)`.",
+                (_window_without_self,)),
+        Mistake("window_from_the_start", "kept the first `window` positions instead of the last `window` ones",
+                "The window slides with the query: compare the key with the query's position, "
+                "`key > query - window`, not with 0.", (_window_from_the_start,)),
+    ),
+    mutants=(
+        Mutant("window_ignored", "returns the plain causal mask", _window_ignored),
+        Mutant("looking_ahead", "builds the band of the next `window` keys (the transpose)", _window_looking_ahead),
+        Mutant("float_mask", "returns 0.0/1.0 instead of booleans", _window_as_float),
     ),
 )
 

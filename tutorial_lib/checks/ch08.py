@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from tutorial_lib.checks.core import Case, Exercise, Mistake, register
+from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
 from tutorial_lib.counting import count_parameters
 from tutorial_lib.embeddings import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, TokenEmbedding
 from tutorial_lib.models.gpt import GPT, GPTConfig, gpt2_init_
@@ -115,6 +115,18 @@ def _number_of_tensors(model):
     return len(list(model.parameters()))
 
 
+def _non_embedding(model):  # the "non-embedding" count of scaling-law papers, not the model's size
+    return sum(p.numel() for p in model.parameters()) - model.embed.weight.numel()
+
+
+def _matrices_only(model):
+    return sum(p.numel() for p in model.parameters() if p.dim() > 1)
+
+
+def _first_dimensions(model):
+    return sum(len(p) for p in model.parameters())
+
+
 COUNT_PARAMETERS = Exercise(
     id="08.count_parameters",
     reference=count_parameters,
@@ -149,6 +161,11 @@ COUNT_PARAMETERS = Exercise(
         Mistake("counted_tensors", "counted the parameter tensors instead of the numbers in them",
                 "`len(list(model.parameters()))` is the number of tensors; add up `p.numel()`.",
                 (_number_of_tensors,)),
+    ),
+    mutants=(
+        Mutant("non_embedding", "leaves out the token embedding (the scaling-law papers' count)", _non_embedding),
+        Mutant("matrices_only", "counts the matrices and skips biases and norm weights", _matrices_only),
+        Mutant("first_dimensions", "adds up len(p), the size of each tensor's first axis", _first_dimensions),
     ),
 )
 
@@ -224,11 +241,15 @@ def _init_call(obj, args):
 
 def _gpt2_init_like(*, residual_std=lambda n_layers: 0.02 / math.sqrt(2 * n_layers),
                     residual_layers=("out_proj", "down"), every_linear=False, zero_biases=True,
-                    embeddings=(TokenEmbedding, LearnedPositionalEmbedding)):
+                    embeddings=(TokenEmbedding, LearnedPositionalEmbedding), scale_first=False):
     """A learner's GPT-2 initialisation; each keyword reproduces one way of getting it wrong."""
 
     def gpt2_init_(model):
         std = residual_std(model.cfg.n_layers)
+        if scale_first:  # the scaled draw comes first, and the loop below draws every linear layer again
+            for block in model.blocks:
+                nn.init.normal_(block.attn.out_proj.weight, std=std)
+                nn.init.normal_(block.ffn.down.weight, std=std)
         for module in model.modules():
             if isinstance(module, nn.Linear):
                 nn.init.normal_(module.weight, std=std if every_linear else 0.02)
@@ -236,13 +257,36 @@ def _gpt2_init_like(*, residual_std=lambda n_layers: 0.02 / math.sqrt(2 * n_laye
                     nn.init.zeros_(module.bias)
             elif embeddings and isinstance(module, embeddings):
                 nn.init.normal_(module.weight, std=0.02)
-        if not every_linear:
+        if not every_linear and not scale_first:
             for block in model.blocks:
                 for name in residual_layers:
                     layer = block.attn.out_proj if name == "out_proj" else getattr(block.ffn, name)
                     nn.init.normal_(layer.weight, std=std)
 
     return gpt2_init_
+
+
+def _uniform_init_(model):
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            nn.init.uniform_(module.weight, -0.02, 0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, (TokenEmbedding, LearnedPositionalEmbedding)):
+            nn.init.uniform_(module.weight, -0.02, 0.02)
+    std = 0.02 / math.sqrt(2 * model.cfg.n_layers)
+    for block in model.blocks:
+        nn.init.uniform_(block.attn.out_proj.weight, -std, std)
+        nn.init.uniform_(block.ffn.down.weight, -std, std)
+
+
+def _every_parameter_normal_(model):
+    for parameter in model.parameters():
+        nn.init.normal_(parameter, std=0.02)
+    std = 0.02 / math.sqrt(2 * model.cfg.n_layers)
+    for block in model.blocks:
+        nn.init.normal_(block.attn.out_proj.weight, std=std)
+        nn.init.normal_(block.ffn.down.weight, std=std)
 
 
 GPT2_INIT = Exercise(
@@ -263,10 +307,13 @@ GPT2_INIT = Exercise(
         "`attn.out_proj.weight` and `ffn.down.weight` with std 0.02 / √(2 · model.cfg.n_layers)."
     ),
     mistakes=(
-        Mistake("no_residual_scaling", "forgot to scale the residual projections",
+        Mistake("no_residual_scaling",
+                "left the residual projections at std 0.02: the scaling is missing, or a later loop over every "
+                "linear layer drew them again",
                 "GPT-2 draws W^O and the FFN's second matrix with std 0.02/√(2·n_layers), so the 2·n_layers "
-                "branches that add to the residual stream sum to a variance that does not grow with depth.",
-                (_gpt2_init_like(residual_std=lambda n_layers: 0.02),)),
+                "branches that add to the residual stream sum to a variance that does not grow with depth. Scale "
+                "them after the loop that initialises every linear layer, or the loop undoes it.",
+                (_gpt2_init_like(residual_std=lambda n_layers: 0.02), _gpt2_init_like(scale_first=True))),
         Mistake("scaled_by_sqrt_n_layers", "scaled by 1/√n_layers instead of 1/√(2·n_layers)",
                 "Each block adds *two* branches to the residual stream (attention and feed-forward): N = "
                 "2·n_layers residual layers, std 0.02/√(2·n_layers).",
@@ -287,6 +334,11 @@ GPT2_INIT = Exercise(
                 "The package's `TokenEmbedding` and `LearnedPositionalEmbedding` are not `nn.Embedding`s: test for "
                 "them (or reach them as `model.embed` and `model.pos_embed`) and draw both with std 0.02.",
                 (_gpt2_init_like(embeddings=(nn.Embedding,)), _gpt2_init_like(embeddings=()))),
+    ),
+    mutants=(
+        Mutant("uniform", "draws from U(-0.02, 0.02), whose std is 0.0115, not N(0, 0.02)", _uniform_init_),
+        Mutant("every_parameter_normal", "draws every parameter from N(0, 0.02), norms and biases included",
+               _every_parameter_normal_),
     ),
 )
 
@@ -355,6 +407,25 @@ def _gpt_forward_like(*, scale=False, positions="before", causal=True, final_nor
     return gpt_forward
 
 
+def _skips_the_blocks(model, tokens):
+    x = model.embed(tokens) + model.pos_embed(tokens.shape[1])
+    return model.unembed(model.ln_final(x))
+
+
+def _unembeds_with_the_token_embedding(model, tokens):  # right only when the embeddings are tied
+    x = model.embed(tokens) + model.pos_embed(tokens.shape[1])
+    for block in model.blocks:
+        x = block(x, causal=True)
+    return model.ln_final(x) @ model.embed.weight.T
+
+
+def _norm_before_the_last_block(model, tokens):
+    x = model.embed(tokens) + model.pos_embed(tokens.shape[1])
+    for block in model.blocks[:-1]:
+        x = block(x, causal=True)
+    return model.unembed(model.blocks[-1](model.ln_final(x), causal=True))
+
+
 GPT_FORWARD = Exercise(
     id="08.gpt_forward",
     reference=lambda model, tokens: model(tokens),
@@ -395,6 +466,12 @@ GPT_FORWARD = Exercise(
         Mistake("last_position_only", "returned the logits of the last position only",
                 "Training predicts the next token at every position: return all of them, (batch, seq, d_vocab); "
                 "generation takes `[:, -1]` itself.", (_gpt_forward_like(output="last"),)),
+    ),
+    mutants=(
+        Mutant("skips_the_blocks", "goes from the embeddings straight to the unembedding", _skips_the_blocks),
+        Mutant("tied_unembedding_assumed", "unembeds with the token embedding's matrix, wrong when untied",
+               _unembeds_with_the_token_embedding),
+        Mutant("norm_before_last_block", "applies the final norm before the last block", _norm_before_the_last_block),
     ),
 )
 

@@ -130,6 +130,31 @@ def _no_clamp(step, *, max_lr, warmup_steps, total_steps, min_lr=0.0):
     return _cosine(step, max_lr, min_lr, warmup_steps, total_steps - warmup_steps)
 
 
+def _linear_decay(step, *, max_lr, warmup_steps, total_steps, min_lr=0.0):
+    if step < warmup_steps:
+        return max_lr * (step + 1) / warmup_steps
+    if step >= total_steps:
+        return min_lr
+    return max_lr - (max_lr - min_lr) * (step - warmup_steps) / max(1, total_steps - warmup_steps)
+
+
+def _warmup_from_min_lr(step, *, max_lr, warmup_steps, total_steps, min_lr=0.0):
+    if step < warmup_steps:
+        return min_lr + (max_lr - min_lr) * (step + 1) / warmup_steps
+    if step >= total_steps:
+        return min_lr
+    return _cosine(step, max_lr, min_lr, warmup_steps, total_steps - warmup_steps)
+
+
+def _cosine_without_pi(step, *, max_lr, warmup_steps, total_steps, min_lr=0.0):
+    if step < warmup_steps:
+        return max_lr * (step + 1) / warmup_steps
+    if step >= total_steps:
+        return min_lr
+    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    return min_lr + 0.5 * (max_lr - min_lr) * (1 + math.cos(progress))
+
+
 WARMUP_COSINE_LR = Exercise(
     id="09.warmup_cosine_lr",
     reference=warmup_cosine_lr,
@@ -170,6 +195,11 @@ WARMUP_COSINE_LR = Exercise(
                 (_amplitude_max_lr,)),
         Mistake("no_clamp_after_total", "let the cosine climb back up after total_steps",
                 "A cosine is periodic: from `step >= total_steps` on, return min_lr.", (_no_clamp,)),
+    ),
+    mutants=(
+        Mutant("linear_decay", "decays linearly from max_lr to min_lr instead of along a half cosine", _linear_decay),
+        Mutant("warmup_from_min_lr", "warms up from min_lr rather than from 0", _warmup_from_min_lr),
+        Mutant("cosine_without_pi", "takes cos(progress) instead of cos(π · progress)", _cosine_without_pi),
     ),
 )
 
@@ -267,6 +297,28 @@ def _step(*, train_mode=True, zero_grad="before", backward=1, retain_graph=False
     return train_step
 
 
+def _always_clip_at_one(model, batch, loss_fn, optimizer, grad_clip=None):
+    model.train()
+    optimizer.zero_grad()
+    loss = loss_fn(model, batch)
+    loss.backward()
+    nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # grad_clip forgotten
+    optimizer.step()
+    return loss.item()
+
+
+def _loss_without_grad(model, batch, loss_fn, optimizer, grad_clip=None):
+    model.train()
+    optimizer.zero_grad()
+    with torch.no_grad():  # copied from the evaluation loop
+        loss = loss_fn(model, batch)
+    loss.backward()
+    if grad_clip is not None:
+        nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    return loss.item()
+
+
 TRAIN_STEP = Exercise(
     id="09.train_step",
     reference=reference_train_step,
@@ -307,6 +359,11 @@ TRAIN_STEP = Exercise(
                 "`optimizer.step()` applies the update from `.grad`: clear the gradients before `loss.backward()`, "
                 "never between it and the step, and do call the step.",
                 (_step(step=False), _step(zero_grad="after_backward"))),
+    ),
+    mutants=(
+        Mutant("ignored_grad_clip", "always clips at norm 1.0 whatever grad_clip says", _always_clip_at_one),
+        Mutant("loss_without_grad", "computes the loss under torch.no_grad(), so backward has no graph",
+               _loss_without_grad),
     ),
 )
 
@@ -363,6 +420,21 @@ def _one_too_few(length, n_ctx):
     return length - n_ctx - 1
 
 
+def _separate_draws(data, batch_size, n_ctx, generator):
+    x_starts = torch.randint(len(data) - n_ctx, (batch_size,), generator=generator)
+    y_starts = torch.randint(len(data) - n_ctx, (batch_size,), generator=generator)  # y from other windows
+    x = torch.stack([data[s : s + n_ctx] for s in x_starts])
+    y = torch.stack([data[s + 1 : s + 1 + n_ctx] for s in y_starts])
+    return x, y
+
+
+def _stacked_on_dim_1(data, batch_size, n_ctx, generator):
+    starts = torch.randint(len(data) - n_ctx, (batch_size,), generator=generator)
+    x = torch.stack([data[s : s + n_ctx] for s in starts], dim=1)
+    y = torch.stack([data[s + 1 : s + 1 + n_ctx] for s in starts], dim=1)
+    return x, y
+
+
 def _swapped(data, batch_size, n_ctx, generator):
     x, y = get_batch(data, batch_size, n_ctx, generator)
     return y, x
@@ -400,6 +472,10 @@ GET_BATCH = Exercise(
         Mistake("misses_the_last_window", "never drew the last valid window",
                 "`torch.randint(high, ...)` draws 0 … high − 1, so `high = len(data) - n_ctx` already excludes the "
                 "windows that would run past the end.", (_windows_by_slicing(_one_too_few),)),
+    ),
+    mutants=(
+        Mutant("separate_draws", "draws the starts of y separately from those of x", _separate_draws),
+        Mutant("stacked_on_dim_1", "stacks the windows along dim 1: (n_ctx, batch_size)", _stacked_on_dim_1),
     ),
 )
 

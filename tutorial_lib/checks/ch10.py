@@ -104,6 +104,17 @@ def _logits_as_probabilities(logits, temperature, generator):
     return torch.multinomial(logits / temperature, 1, generator=generator).squeeze(-1)
 
 
+def _always_greedy(logits, temperature, generator):
+    return logits.argmax(dim=-1)
+
+
+def _softmax_over_the_batch(logits, temperature, generator):
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    probs = torch.softmax(logits / temperature, dim=0)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
 SAMPLE = Exercise(
     id="10.sample",
     reference=_reference_sample,
@@ -135,6 +146,10 @@ SAMPLE = Exercise(
         Mistake("sampled_logits", "passed the logits to torch.multinomial as if they were probabilities",
                 "torch.multinomial wants non-negative weights: take the softmax of the scaled logits first.",
                 (_logits_as_probabilities,)),
+    ),
+    mutants=(
+        Mutant("always_greedy", "returns the argmax at every temperature", _always_greedy),
+        Mutant("softmax_over_the_batch", "takes the softmax over the batch axis (dim=0)", _softmax_over_the_batch),
     ),
 )
 
@@ -193,6 +208,19 @@ def _top_k_unclamped(logits, top_k):
     return logits.masked_fill(logits < kth, float("-inf"))
 
 
+def _top_k_large_negative(logits, top_k):
+    top_k = min(top_k, logits.shape[-1])
+    kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+    return logits.masked_fill(logits < kth, -1e9)
+
+
+def _top_k_in_place(logits, top_k):
+    top_k = min(top_k, logits.shape[-1])
+    kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+    logits[logits < kth] = float("-inf")
+    return logits
+
+
 TOP_K = Exercise(
     id="10.top_k",
     reference=reference.top_k_filter,
@@ -225,6 +253,10 @@ TOP_K = Exercise(
         Mistake("k_larger_than_vocabulary", "let k exceed the vocabulary",
                 "torch.topk refuses k > d_vocab; clamp it first: `top_k = min(top_k, logits.shape[-1])`.",
                 (_top_k_unclamped,)),
+    ),
+    mutants=(
+        Mutant("large_negative_fill", "sets the dropped logits to -1e9 instead of -inf", _top_k_large_negative),
+        Mutant("in_place", "writes -inf into the caller's logits", _top_k_in_place),
     ),
 )
 
@@ -289,6 +321,20 @@ def _top_p_sorted_order(logits, top_p):
     return sorted_logits.masked_fill(drop, float("-inf"))
 
 
+def _top_p_cumsum_of_logits(logits, top_p):
+    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+    cumulative = sorted_logits.cumsum(dim=-1)  # logits summed as if they were probabilities
+    drop = cumulative - sorted_logits >= top_p
+    return logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+
+
+def _top_p_in_place(logits, top_p):
+    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+    probs = torch.softmax(sorted_logits, dim=-1)
+    drop = probs.cumsum(dim=-1) - probs >= top_p
+    return logits.masked_fill_(drop.scatter(-1, order, drop), float("-inf"))
+
+
 TOP_P = Exercise(
     id="10.top_p",
     reference=reference.top_p_filter,
@@ -324,6 +370,10 @@ TOP_P = Exercise(
         Mistake("left_in_sorted_order", "returned the logits in sorted order",
                 "The filtered logits must stay in vocabulary order, as the sampler indexes tokens by position: "
                 "scatter the sorted decision back, `drop.scatter(-1, order, drop)`.", (_top_p_sorted_order,)),
+    ),
+    mutants=(
+        Mutant("cumsum_of_logits", "sums the sorted logits instead of their probabilities", _top_p_cumsum_of_logits),
+        Mutant("in_place", "fills the caller's logits in place (masked_fill_)", _top_p_in_place),
     ),
 )
 
@@ -388,6 +438,18 @@ def _new_keys_first(q, k, v, past_k, past_v):
     return scaled_dot_product_attention(q, keys, values, mask)[0], keys, values
 
 
+def _strict_offset_mask(q, k, v, past_k, past_v):  # key < query: no query sees its own key
+    keys, values = torch.cat([past_k, k], dim=-2), torch.cat([past_v, v], dim=-2)
+    query = torch.arange(q.shape[-2])[:, None] + past_k.shape[-2]
+    mask = torch.arange(keys.shape[-2])[None, :] < query
+    return scaled_dot_product_attention(q, keys, values, mask)[0], keys, values
+
+
+def _cat_on_the_head_axis(q, k, v, past_k, past_v):
+    keys, values = torch.cat([past_k, k], dim=1), torch.cat([past_v, v], dim=1)
+    return scaled_dot_product_attention(q, keys, values)[0], keys, values
+
+
 KV_CACHE_ATTENTION = Exercise(
     id="10.kv_cache_attention",
     reference=_reference_cached_attention,
@@ -417,6 +479,10 @@ KV_CACHE_ATTENTION = Exercise(
         Mistake("new_keys_first", "put the new keys and values before the cached ones",
                 "The cache holds positions in order: `torch.cat([past_k, k], dim=-2)`, past first.",
                 (_new_keys_first,)),
+    ),
+    mutants=(
+        Mutant("strict_mask", "masks with key < query, so no position sees its own key", _strict_offset_mask),
+        Mutant("cat_on_the_head_axis", "concatenates the cache along dim 1, the heads", _cat_on_the_head_axis),
     ),
 )
 
@@ -464,15 +530,24 @@ def _reference_forward(model, tokens, cache):
     return model(tokens, cache=cache)
 
 
-def _forward_with(*, offset_from_cache: bool = True, pass_cache: bool = True, causal: bool = True):
+def _forward_with(*, offset_from_cache: bool = True, pass_cache: bool = True, causal: bool = True,
+                  final_norm: bool = True, extra_offset: int = 0):
     def forward(model, tokens, cache):
-        offset = cache.length if offset_from_cache else 0
+        offset = (cache.length if offset_from_cache else 0) + extra_offset
         x = model.embed(tokens) + model.pos_embed(tokens.shape[1], offset)
         for i, block in enumerate(model.blocks):
             x = block(x, causal=causal, cache=cache[i] if pass_cache else None)
-        return model.unembed(model.ln_final(x))
+        return model.unembed(model.ln_final(x) if final_norm else x)
 
     return forward
+
+
+def _positions_after_the_blocks(model, tokens, cache):
+    offset = cache.length
+    x = model.embed(tokens)
+    for i, block in enumerate(model.blocks):
+        x = block(x, causal=True, cache=cache[i])
+    return model.unembed(model.ln_final(x + model.pos_embed(tokens.shape[1], offset)))
 
 
 CACHED_FORWARD = Exercise(
@@ -503,6 +578,14 @@ CACHED_FORWARD = Exercise(
         Mistake("not_causal", "left out causal=True",
                 "Within a chunk (and the prompt) a position must not see the ones after it: `block(x, causal=True, "
                 "cache=cache[i])` masks them, offset by the cached positions.", (_forward_with(causal=False),)),
+        Mistake("no_final_norm", "left out the final LayerNorm",
+                "The cached forward is the same computation as `model(tokens)`: `model.unembed(model.ln_final(x))`.",
+                (_forward_with(final_norm=False),)),
+    ),
+    mutants=(
+        Mutant("offset_plus_one", "numbers the new positions from cache.length + 1", _forward_with(extra_offset=1)),
+        Mutant("positions_after_the_blocks", "adds the position embeddings after the blocks",
+               _positions_after_the_blocks),
     ),
 )
 

@@ -1,0 +1,50 @@
+"""How the checks treat every known wrong answer, per chapter: a table for maintainers and closing notes.
+
+For each chapter: its exercises; the catalogued mistakes' variants and how many are named as themselves (the
+confusion test's figure); the mutants (uncatalogued wrong answers) and how many lose their points, how many get a
+verdict that names a mistake (always wrongly: they are not in the catalogue) and how many are described by their
+output instead. tests/test_check_catalogue.py asserts what this prints; this only counts.
+
+    .venv/bin/python tools/catalogue_report.py
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import pkgutil
+import re
+import warnings
+
+from tutorial_lib import checks
+from tutorial_lib.checks import chapter_exercises, check
+
+
+def main() -> None:
+    chapters = sorted(m.name[2:] for m in pkgutil.iter_modules(checks.__path__) if re.fullmatch(r"ch\d\d", m.name))
+    header = ("chapter", "exercises", "variants", "named right", "mutants", "lost points", "named", "named wrongly")
+    print("  ".join(f"{h:>13}" for h in header))
+    totals = [0] * 7
+    for chapter in chapters:
+        exercises = chapter_exercises(chapter)
+        variants = right = mutants = lost = named = 0
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for exercise in exercises:
+                for mistake in exercise.mistakes:
+                    for variant in mistake.variants:
+                        variants += 1
+                        right += check(exercise.id, variant).candidates == (mistake.name,)
+                for mutant in exercise.mutants:
+                    result = check(exercise.id, mutant.implementation)
+                    mutants += 1
+                    lost += result.points == 0
+                    named += bool(result.candidates)
+        row = [len(exercises), variants, right, mutants, lost, named, named]
+        totals = [t + r for t, r in zip(totals, row)]
+        print("  ".join(f"{v:>13}" for v in [chapter, *row]))
+    print("  ".join(f"{v:>13}" for v in ["all", *totals]))
+
+
+if __name__ == "__main__":
+    main()
