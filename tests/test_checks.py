@@ -578,3 +578,76 @@ def test_a_class_exercise_builds_the_learners_module_the_way_it_declares():
     assert check("98.scale", Mine).passed
     assert check("98.scale", Stub).kind == "not_attempted"
     assert check("98.scale", Adds).mistake == "added"
+
+
+# --- honest blame, infinities, candidates (issue 9) ------------------------------------------------------------------
+
+
+register(Exercise(
+    "98.shape_of", lambda x: x * 2, lambda generator: [Case.of(x=torch.ones(3))], points=1,
+    checked="one vector", hint="double it", call=lambda fn, args: fn(*args).shape, outputs=("the shape",),
+))
+
+
+def test_a_wrapper_failing_on_a_malformed_output_is_not_blamed_on_the_learner():
+    result = check("98.shape_of", lambda x: "not a tensor")
+    assert result.kind == "wrong_type" and "your code raised" not in result.verdict
+    assert "what your code returned (a value of type str) could not be used: AttributeError" in result.verdict
+
+
+def test_a_malformed_sample_is_a_wrong_shape_not_an_exception():
+    def sample(logits, temperature, generator):
+        probs = torch.softmax(logits / max(temperature, 1e-6), dim=-1)
+        return torch.multinomial(probs, 1, generator=generator)  # forgot .squeeze(-1)
+
+    result = check("10.sample", sample)
+    assert result.kind == "wrong_shape" and "raised" not in result.verdict
+    assert "should return one token id per row, shape (batch,) = (40000,), got (40000, 1)" in result.verdict
+
+
+def test_a_learner_that_raises_inside_the_wrapper_is_still_blamed():
+    def schedule(step, *, max_lr, warmup_steps, total_steps, min_lr=0.0):
+        return [max_lr][step]
+
+    result = check("09.warmup_cosine_lr", schedule)
+    assert result.kind == "raised" and "your code raised IndexError" in result.verdict
+    assert "of your code: `return [max_lr][step]`" in result.verdict
+
+
+def test_a_number_expected_and_none_returned_is_a_wrong_type():
+    result = check("09.warmup_cosine_lr", lambda step, **kwargs: None)
+    assert result.kind == "wrong_type" and "should return a number (a Python float), got NoneType" in result.verdict
+
+
+def test_a_finite_value_where_minus_inf_belongs_is_described_as_such():
+    def top_k(logits, top_k):
+        kth = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
+        return logits.masked_fill(logits < kth, -1e9)
+
+    result = check("10.top_k", top_k)
+    assert result.kind == "wrong_values" and result.mistake is None
+    assert "should be -inf at 21 of 30 entries" in result.verdict and "but is finite there" in result.verdict
+    assert "got [" in result.verdict and "-1e+09" in result.verdict and "3.4e+38" not in result.verdict
+
+
+def test_an_overflow_gets_its_hint():
+    def attention(q, k, v, mask=None):
+        out, weights = scaled_dot_product_attention(q, k, v, mask)
+        return out * torch.tensor(1e30, dtype=out.dtype) ** 2, weights  # inf in float32
+
+    result = check("03.attention", attention)
+    assert result.kind == "inf" and "out is infinite at" in result.verdict
+    assert "That is an overflow" in result.verdict and "Subtract the maximum" in result.verdict
+
+
+def test_two_mistakes_that_match_on_every_case_are_named_as_candidates():
+    exercise = core.get_exercise("03.causal_mask")
+    twin = Mistake("upper_triangle_twin", "built the upper triangle twice over", "Use torch.tril.",
+                   exercise.mistakes[0].variants)
+    object.__setattr__(exercise, "mistakes", exercise.mistakes + (twin,))
+    try:
+        result = check("03.causal_mask", exercise.mistakes[0].variants[0])
+    finally:
+        object.__setattr__(exercise, "mistakes", exercise.mistakes[:-1])
+    assert result.mistake is None and result.candidates == ("upper_triangle", "upper_triangle_twin")
+    assert "behaves like 2 known mistakes at once: you built the upper triangle instead of the lower one, or you" in result.verdict

@@ -303,8 +303,9 @@ def _compare(exercise: Exercise, case: Case, got: Outcome, want: Outcome) -> Fai
             return Failure("raised", describe_error(got.error))
         if isinstance(got.error, WrongOutput):
             return Failure(got.error.kind, got.error.detail)
-        returned = f" (it returned {describe_type(got.returned[-1])})" if got.returned else ""
-        return Failure("wrong_type", f"what your code returned{returned} could not be used: {describe_error(got.error)}")
+        returned = f" ({describe_type(got.returned[-1])})" if got.returned else ""
+        return Failure("wrong_type", f"what your code returned{returned} could not be used: "
+                                     f"{describe_error(got.error, learner_line=False)}")
     if want.error is not None:  # the reference itself failed: a bug of ours, never the learner's fault
         raise RuntimeError(f"the reference failed on {case.describe()}: {describe_error(want.error)}")
     pairs, failure = named_leaves(exercise.outputs, want.value, got.value)
@@ -371,7 +372,8 @@ def _randomness_problem(
             return (f"On {case.describe()}, your code drew from PyTorch's global random generator (a call without "
                     f"`generator=generator`, such as `torch.randint(...)`)")
     for case, got in drawn:
-        again = run_learner(exercise.run, obj, case.args, calls_directly=exercise.call is None, time_limit=time_limit)
+        again = run_learner(exercise.run, obj, case.args, calls_directly=exercise.call is None, time_limit=time_limit,
+                             wrapper=exercise.call)
         if again.error is None and not again.timed_out and not same(got.value, again.value, (0.0, 0.0)):
             return f"On {case.describe()}, two calls with the same generator state gave different results"
     reference_varies = False
@@ -381,7 +383,8 @@ def _randomness_problem(
                 run_ours(exercise.run, exercise.reference, other_seed).value, (0.0, 0.0)):
             continue  # this case's result does not depend on the seed (T = 0, say)
         reference_varies = True
-        other = run_learner(exercise.run, obj, other_seed, calls_directly=exercise.call is None, time_limit=time_limit)
+        other = run_learner(exercise.run, obj, other_seed, calls_directly=exercise.call is None, time_limit=time_limit,
+                             wrapper=exercise.call)
         if other.error is not None or other.timed_out or not same(got.value, other.value, (0.0, 0.0)):
             return None
     if reference_varies:
@@ -424,7 +427,8 @@ def _judge(exercise: Exercise, obj: Any, time_limit: float) -> _Verdict:
     learner: list[Outcome] = []
     failures: list[Failure | None] = []
     for index, case in enumerate(cases):
-        got = run_learner(exercise.run, obj, case.args, calls_directly=exercise.call is None, time_limit=time_limit)
+        got = run_learner(exercise.run, obj, case.args, calls_directly=exercise.call is None, time_limit=time_limit,
+                             wrapper=exercise.call)
         if index == 0 and got.raised_by_learner and isinstance(got.error, NotImplementedError):
             return _Verdict(
                 "not_attempted",

@@ -135,11 +135,13 @@ _LIBRARY_DIRS = tuple(
 )
 
 
-def _learner_frames(error: BaseException) -> list[traceback.FrameSummary]:
-    """The frames of the traceback that run code outside the package, PyTorch and the standard library."""
+def _learner_frames(error: BaseException, ours: Callable[..., Any] | None = None) -> list[traceback.FrameSummary]:
+    """The frames of the traceback that run code outside the package, PyTorch and the standard library, and outside
+    ``ours`` (the exercise's own wrapper, wherever it is defined)."""
+    own = getattr(ours, "__code__", None)
     return [
-        frame for frame in traceback.extract_tb(error.__traceback__)
-        if not str(Path(frame.filename).resolve()).startswith(_LIBRARY_DIRS)
+        summary for (frame, _), summary in zip(traceback.walk_tb(error.__traceback__), traceback.extract_tb(error.__traceback__))
+        if frame.f_code is not own and not str(Path(summary.filename).resolve()).startswith(_LIBRARY_DIRS)
     ]
 
 
@@ -167,25 +169,26 @@ def _refused_its_arguments(error: BaseException, obj: Any) -> bool:
     return isinstance(error, TypeError) and bool(name) and f"{name}()" in str(error)
 
 
-def describe_error(error: BaseException) -> str:
+def describe_error(error: BaseException, *, learner_line: bool = True) -> str:
     """``RuntimeError: message`` (its first sentence) plus the line of the learner's code that raised it, if any."""
     message = str(error).strip().splitlines()[0] if str(error).strip() else ""
     message = re.split(r"(?<=[a-z)\]])\.\s+(?=[A-Z])", message, maxsplit=1)[0].rstrip(".")
     if len(message) > 200:
         message = message[:199] + "…"
     text = type(error).__name__ + (f": {message}" if message else "")
-    for frame in reversed(_learner_frames(error)):
+    for frame in reversed(_learner_frames(error) if learner_line else []):
         if frame.line:
             return f"{text} (line {frame.lineno} of your code: `{frame.line.strip()}`)"
     return text
 
 
 def run_learner(run: Callable[[Any, tuple[Any, ...]], Any], obj: Any, args: tuple[Any, ...], *, calls_directly: bool,
-                time_limit: float) -> Outcome:
+                time_limit: float, wrapper: Callable[..., Any] | None = None) -> Outcome:
     """Run the learner's ``obj`` through ``run(obj, args)`` on fresh copies of ``args``.
 
     An exception is the learner's when the learner's function was called directly (``calls_directly``) or when a frame
-    of the learner's code is on its traceback; otherwise the exercise's own wrapper failed on what the learner returned.
+    of the learner's code is on its traceback; otherwise the exercise's own ``wrapper`` failed on what the learner
+    returned.
     """
     args = fresh_copy(args)
     returned: list[Any] = []
@@ -201,7 +204,7 @@ def run_learner(run: Callable[[Any, tuple[Any, ...]], Any], obj: Any, args: tupl
         except BaseException as error:  # SystemExit too: the learner's code must not end the check
             outcome.error = error
             outcome.raised_by_learner = (
-                calls_directly or bool(_learner_frames(error)) or _raised_in(error, _code_objects(obj))
+                calls_directly or bool(_learner_frames(error, wrapper)) or _raised_in(error, _code_objects(obj))
                 or _refused_its_arguments(error, obj)
             )
         outcome.global_rng_moved = not torch.equal(torch.random.get_rng_state(), before)
