@@ -43,6 +43,7 @@ def main() -> None:
     parser.add_argument("--copies", type=int, default=20)
     parser.add_argument("--notebook", type=Path, default=ROOT / "solutions" / "03_scaled_dot_product_attention.ipynb")
     args = parser.parse_args()
+    args.notebook = args.notebook.resolve()
     cores = os.cpu_count() or 1
     with tempfile.TemporaryDirectory() as folder:
         paths = []
