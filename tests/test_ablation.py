@@ -1,0 +1,157 @@
+"""The ablation runner: each change removes what it says and nothing else; runs are deterministic and cached."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from tutorial_lib import ablation
+from tutorial_lib.ablation import (
+    CHANGES,
+    Change,
+    UnscaledMultiHeadAttention,
+    WithoutCausalMask,
+    build_ablated_model,
+    register_change,
+    run_ablation,
+    set_causal,
+)
+from tutorial_lib.data.shakespeare import CharDataset
+from tutorial_lib.normalization import LayerNorm
+
+TOKENS = torch.randint(65, (2, ablation.ABLATION_GPT_CONFIG.n_ctx), generator=torch.Generator().manual_seed(0))
+
+
+def logits(model: nn.Module, tokens: torch.Tensor = TOKENS) -> torch.Tensor:
+    with torch.no_grad():
+        return model.eval()(tokens)
+
+
+@pytest.fixture(scope="module")
+def dataset() -> CharDataset:
+    text = "".join(chr(ord("a") + (i * 7 + i // 13) % 26) for i in range(30_000)) + "".join(map(chr, range(65, 104)))
+    return CharDataset.from_text(text)
+
+
+def test_chapter_11s_changes_are_registered():
+    assert {"baseline", "no_scaling", "no_causal_mask", "no_positions", "no_residuals", "no_norm", "no_ffn", "one_head",
+            "post_norm", "no_warmup"} <= set(CHANGES)
+
+
+@pytest.mark.parametrize("name", sorted(CHANGES))
+def test_every_change_builds_a_model_that_runs(name):
+    out = logits(build_ablated_model(name))
+    assert out.shape == (*TOKENS.shape, 65) and out.isfinite().all()
+
+
+def test_the_baseline_is_the_chapter_09_gpt_with_the_same_draws_for_every_seed():
+    first, again = build_ablated_model("baseline", seed=3), build_ablated_model("baseline", seed=3)
+    assert torch.equal(logits(first), logits(again))
+    assert not torch.equal(logits(first), logits(build_ablated_model("baseline", seed=4)))
+
+
+def test_surgery_keeps_every_weight_it_does_not_remove():
+    baseline = build_ablated_model("baseline").state_dict()
+    for name in ("no_scaling", "no_positions", "no_ffn", "no_norm", "no_residuals"):
+        kept = build_ablated_model(name).state_dict()
+        for key, value in kept.items():
+            assert torch.equal(value, baseline[key]), (name, key)
+
+
+def test_no_scaling_computes_unscaled_scores():
+    attn = UnscaledMultiHeadAttention(16, 2)
+    x = torch.randn(1, 5, 16, generator=torch.Generator().manual_seed(1))
+    q = attn.q_proj(x).view(1, 5, 2, 8).transpose(1, 2)
+    k = attn.k_proj(x).view(1, 5, 2, 8).transpose(1, 2)
+    v = attn.v_proj(x).view(1, 5, 2, 8).transpose(1, 2)
+    weights = torch.softmax(q @ k.transpose(-2, -1), dim=-1)  # no / math.sqrt(8)
+    expected = attn.out_proj((weights @ v).transpose(1, 2).reshape(1, 5, 16))
+    assert torch.allclose(attn(x), expected, atol=1e-6)
+    model = build_ablated_model("no_scaling")
+    assert all(isinstance(block.attn, UnscaledMultiHeadAttention) for block in model.blocks)
+    assert not torch.allclose(logits(model), logits(build_ablated_model("baseline")))
+
+
+def test_without_the_causal_mask_the_past_reads_the_future_until_the_mask_is_switched_back_on():
+    model = build_ablated_model("no_causal_mask")
+    changed = TOKENS.clone()
+    changed[:, -1] = (changed[:, -1] + 1) % 65
+    assert not torch.allclose(logits(model)[:, 0], logits(model, changed)[:, 0])  # position 0 sees the last token
+    set_causal(model, True)
+    assert torch.allclose(logits(model)[:, :-1], logits(model, changed)[:, :-1])
+    assert torch.equal(logits(model), logits(build_ablated_model("baseline")))
+    with pytest.raises(ValueError, match="not built by the 'no_causal_mask' change"):
+        set_causal(build_ablated_model("baseline"), True)
+    assert all(isinstance(block, WithoutCausalMask) for block in model.blocks)
+
+
+def test_no_positions_makes_the_model_blind_to_order_at_the_first_layer():
+    model = build_ablated_model("no_positions")
+    assert model.pos_embed is None
+    params = sum(p.numel() for p in model.parameters())
+    cfg = ablation.ABLATION_GPT_CONFIG
+    assert params == sum(p.numel() for p in build_ablated_model("baseline").parameters()) - cfg.n_ctx * cfg.d_model
+
+
+def test_no_residuals_no_norm_and_no_ffn_remove_exactly_their_part():
+    cfg = ablation.ABLATION_GPT_CONFIG
+    no_norm = build_ablated_model("no_norm")
+    assert not any(isinstance(m, (LayerNorm, nn.LayerNorm)) for m in no_norm.modules())
+    no_ffn = build_ablated_model("no_ffn")
+    removed = sum(p.numel() for p in build_ablated_model("baseline").parameters()) - sum(p.numel() for p in no_ffn.parameters())
+    assert removed == cfg.n_layers * (2 * cfg.d_model * cfg.d_ff + cfg.d_ff + cfg.d_model + 2 * cfg.d_model)  # and its norm
+    block = build_ablated_model("no_residuals").blocks[0]
+    x = torch.randn(1, 4, cfg.d_model, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        assert torch.allclose(block.attn_residual(x, block.ffn), block.ffn(block.attn_residual.norm(x)))
+
+
+def test_a_change_is_validated_and_registered_once():
+    with pytest.raises(ValueError, match="GPTConfig fields"):
+        Change("wider", "wider", model={"width": 3})
+    with pytest.raises(ValueError, match="TrainConfig fields"):
+        Change("faster", "faster", train={"speed": 3})
+    with pytest.raises(ValueError, match="identifier"):
+        Change("no ffn", "a space")
+    with pytest.raises(ValueError, match="already registered"):
+        register_change(Change("baseline", "something else", model={"n_heads": 2}))
+    with pytest.raises(ValueError, match="change must be a Change or one of"):
+        run_ablation("no_such_change")
+
+
+def test_a_run_is_deterministic_and_read_back_from_the_cache(dataset, tmp_path):
+    kwargs = dict(steps=4, dataset=dataset, cache_dir=tmp_path)
+    first = run_ablation("no_ffn", seed=1, **kwargs)
+    assert len(list((tmp_path / "ablations").glob("no_ffn_seed1_*.pt"))) == 1
+    cached = run_ablation("no_ffn", seed=1, **kwargs)
+    fresh = run_ablation("no_ffn", seed=1, cache=False, **kwargs)
+    assert first.val_loss == cached.val_loss == fresh.val_loss and first.train_loss == fresh.train_loss
+    assert first.final_val_loss == fresh.final_val_loss and math.isfinite(first.final_val_loss)
+    assert torch.equal(logits(first.model), logits(cached.model))
+    assert first.eval_steps == [4] and first.n_parameters < run_ablation("baseline", seed=1, **kwargs).n_parameters
+    other_seed = run_ablation("no_ffn", seed=2, **kwargs)
+    assert other_seed.val_loss != first.val_loss
+
+
+def test_a_readers_own_change_runs_and_is_cached_by_its_code(dataset, tmp_path):
+    def halve_the_embedding(model):
+        with torch.no_grad():
+            model.embed.weight.mul_(0.5)
+
+    change = Change("halved_embedding", "the token embedding at half its initial scale", surgery=halve_the_embedding)
+    result = run_ablation(change, steps=3, dataset=dataset, cache_dir=tmp_path)
+    assert result.change == "halved_embedding" and len(result.val_loss) == 1
+    path = ablation.ablation_cache_path(change, seed=0, steps=3, dataset=dataset,
+                                        train_cfg=ablation.ABLATION_TRAIN_CONFIG.__class__(
+                                            **{**ablation.ABLATION_TRAIN_CONFIG.__dict__, "max_steps": 3, "warmup_steps": 3}),
+                                        cache_dir=tmp_path)
+    assert path.exists()
+
+
+@pytest.mark.parametrize("steps", [0, -1, 1.5, True])
+def test_steps_must_be_a_positive_int(steps, dataset, tmp_path, without_annotation_checks):
+    with without_annotation_checks(), pytest.raises(ValueError, match="steps must be a positive int"):
+        run_ablation("baseline", steps=steps, dataset=dataset, cache_dir=tmp_path)
