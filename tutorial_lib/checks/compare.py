@@ -55,8 +55,12 @@ def _leaves(want: Any, got: Any, name: str) -> tuple[list[tuple[str, torch.Tenso
             return [], Failure("wrong_type", f"{name} is on {got.device} but should be on {want.device}, like the inputs")
         return [(name, want, got)], None
     if isinstance(want, (tuple, list)):
+        plain = not any(isinstance(item, torch.Tensor) for item in [*want, *(got if isinstance(got, (tuple, list)) else ())])
+        if isinstance(got, (tuple, list)) and len(got) != len(want) and plain:
+            return [], Failure("wrong_values", f"{name} is {_short(got)} but should be {_short(want)}")
         if not isinstance(got, (tuple, list)) or len(got) != len(want):
-            return [], Failure("wrong_type", f"{name} should be a tuple of {len(want)} items, got {describe_type(got)}")
+            return [], Failure("wrong_type", f"{name} should be a {type(want).__name__} of {len(want)} items, got "
+                                             f"{describe_type(got)}")
         pairs: list[tuple[str, torch.Tensor, torch.Tensor]] = []
         for index, (want_item, got_item) in enumerate(zip(want, got)):
             item_pairs, failure = _leaves(want_item, got_item, f"item {index} of {name}")
@@ -64,11 +68,38 @@ def _leaves(want: Any, got: Any, name: str) -> tuple[list[tuple[str, torch.Tenso
                 return [], failure
             pairs.extend(item_pairs)
         return pairs, None
+    if isinstance(want, dict) and isinstance(got, dict):
+        return [], _mapping_failure(name, want, got)
     if type(got) is not type(want):
         return [], Failure("wrong_type", f"{name} should be {describe_type(want)}, got {describe_type(got)}")
     if got != want:
-        return [], Failure("wrong_values", f"{name} is {got!r} but should be {want!r}")
+        return [], Failure("wrong_values", f"{name} is {_short(got)} but should be {_short(want)}")
     return [], None
+
+
+def _short(value: Any, limit: int = 160) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _mapping_failure(name: str, want: dict, got: dict) -> Failure | None:
+    """A dict compared key by key: the keys missing, the keys too many, and the values that differ (a few of each)."""
+    if got == want:
+        return None
+    missing = [key for key in want if key not in got]
+    extra = [key for key in got if key not in want]
+    wrong = [key for key in want if key in got and got[key] != want[key]]
+    parts = []
+    if missing:
+        parts.append(f"{len(missing)} missing key{'s' if len(missing) > 1 else ''} ({', '.join(map(repr, missing[:3]))}"
+                     f"{', …' if len(missing) > 3 else ''})")
+    if extra:
+        parts.append(f"{len(extra)} key{'s' if len(extra) > 1 else ''} that should not be there "
+                     f"({', '.join(map(repr, extra[:3]))}{', …' if len(extra) > 3 else ''})")
+    if wrong:
+        shown = "; ".join(f"{key!r} is {got[key]!r} but should be {want[key]!r}" for key in wrong[:3])
+        parts.append(f"{len(wrong)} wrong value{'s' if len(wrong) > 1 else ''} ({shown}{'; …' if len(wrong) > 3 else ''})")
+    return Failure("wrong_values", f"{name} has {', '.join(parts)}")
 
 
 def named_leaves(outputs: Sequence[str], want: Any, got: Any) -> tuple[list[tuple[str, Any, Any]], Failure | None]:
@@ -115,6 +146,9 @@ def same(a: Any, b: Any, tolerance: tuple[float, float] | None) -> bool:
             and a.device == b.device
             and close(a, b, tolerance)
         )
+    if isinstance(a, dict) or isinstance(b, dict):
+        return (isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys()
+                and all(same(a[key], b[key], tolerance) for key in a))
     if isinstance(a, (tuple, list)) or isinstance(b, (tuple, list)):
         return (
             isinstance(a, (tuple, list))

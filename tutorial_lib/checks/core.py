@@ -87,6 +87,8 @@ class Case:
                 parts.append(f"{name}={value.tolist()}")
             elif isinstance(value, torch.Tensor):
                 parts.append(f"{name} {tuple(value.shape)}")
+            elif len(repr(value)) > 60 and hasattr(value, "__len__"):
+                parts.append(f"{name} ({type(value).__name__} of {len(value)} items)")
             else:
                 parts.append(f"{name}={value!r}")
         if floats:
@@ -312,9 +314,7 @@ def _compare(exercise: Exercise, case: Case, got: Outcome, want: Outcome) -> Fai
     if failure:
         return failure
     for name, before, after in zip(case.names, case.args, got.args_after):
-        if isinstance(before, torch.Tensor) and not (
-            isinstance(after, torch.Tensor) and after.shape == before.shape and torch.equal(after, before)
-        ):
+        if _changed(before, after):
             return Failure("mutated_input", f"the call changed {name}, which belongs to the caller")
     for kinds in (("nan",), ("inf", "wrong_values")):  # NaN anywhere first: it is the most telling
         for name, want_leaf, got_leaf in pairs:
@@ -322,6 +322,15 @@ def _compare(exercise: Exercise, case: Case, got: Outcome, want: Outcome) -> Fai
             if failure is not None and failure.kind in kinds:
                 return failure
     return None
+
+
+def _changed(before: Any, after: Any) -> bool:
+    """Whether an argument was modified in place: a tensor's values, or a list's or dict's contents."""
+    if isinstance(before, torch.Tensor):
+        return not (isinstance(after, torch.Tensor) and after.shape == before.shape and torch.equal(after, before))
+    if isinstance(before, (list, dict)):
+        return not same(before, after, (0.0, 0.0))
+    return False
 
 
 def _same_behaviour(a: Outcome, b: Outcome, tolerance: tuple[float, float] | None) -> bool:

@@ -53,6 +53,8 @@ def fresh_copy(value: Any) -> Any:
         return copy
     if isinstance(value, (tuple, list)):
         return type(value)(fresh_copy(item) for item in value)
+    if isinstance(value, dict):
+        return type(value)((key, fresh_copy(item)) for key, item in value.items())
     return value
 
 

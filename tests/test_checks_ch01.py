@@ -1,0 +1,297 @@
+"""Chapter 01's checks: answers written as learners write them, right and wrong.
+
+The learner functions below are written independently of the catalogue's implementations in
+``tutorial_lib/checks/ch01.py``: a mistake must be recognised by what it does, not by how it is spelt.
+``tests/test_check_catalogue.py`` checks, for every chapter, that each catalogue variant is named and that the mutants
+lose their points; this file checks learners' own spellings and some uncatalogued mistakes.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+
+import pytest
+
+from tutorial_lib.checks import check, get_exercise
+
+# --- right answers, written differently from the reference -------------------------------------------------------------
+
+
+def count_pairs_counter(word_counts):
+    counter = collections.Counter()
+    for word, n in word_counts.items():
+        counter.update({pair: n for pair in []})
+        for i in range(len(word) - 1):
+            counter[(word[i], word[i + 1])] += n
+    return counter
+
+
+def best_pair_sorted(pair_counts):
+    return sorted(pair_counts, key=lambda pair: (-pair_counts[pair], pair))[0]
+
+
+def merge_with_for_loop(symbols, pair, new):
+    out, skip = [], False
+    for i, symbol in enumerate(symbols):
+        if skip:
+            skip = False
+            continue
+        if i + 1 < len(symbols) and symbol == pair[0] and symbols[i + 1] == pair[1]:
+            out.append(new)
+            skip = True
+        else:
+            out.append(symbol)
+    return out
+
+
+def encode_by_replaying_merges(word, merges):  # apply every merge in learned order: the same tokens
+    tokens = [word[i : i + 1] for i in range(len(word))]
+    for left, right in merges:
+        tokens = merge_with_for_loop(tokens, (left, right), left + right)
+    return tokens
+
+
+def decode_bytearray(ids, vocab):
+    buffer = bytearray()
+    for i in ids:
+        buffer.extend(vocab[i])
+    return bytes(buffer).decode(errors="replace")
+
+
+RIGHT = [
+    ("01.count_pairs", count_pairs_counter),
+    ("01.best_pair", best_pair_sorted),
+    ("01.merge", merge_with_for_loop),
+    ("01.encode_word", encode_by_replaying_merges),
+    ("01.decode", decode_bytearray),
+]
+
+
+@pytest.mark.parametrize(("exercise_id", "answer"), RIGHT, ids=[e for e, _ in RIGHT])
+def test_a_correct_answer_written_differently_passes(exercise_id, answer):
+    result = check(exercise_id, answer)
+    assert result.passed, result.verdict
+
+
+# --- learners' mistakes -------------------------------------------------------------------------------------------------
+
+
+def pairs_unweighted(word_counts):
+    return dict(collections.Counter(p for word in word_counts for p in zip(word, word[1:])))
+
+
+def pairs_over_the_whole_text(word_counts):
+    text = list(itertools.chain.from_iterable(list(word) * 1 for word, n in word_counts.items() for _ in range(n)))
+    counts = {}
+    for pair in zip(text, text[1:]):
+        counts[pair] = counts.get(pair, 0) + 1
+    return counts
+
+
+def pairs_as_set(word_counts):
+    counts = {}
+    for word, n in word_counts.items():
+        for pair in {(a, b) for a, b in zip(word, word[1:])}:
+            counts[pair] = counts.get(pair, 0) + n
+    return counts
+
+
+def pairs_off_by_one(word_counts):
+    counts = collections.defaultdict(int)
+    for word, n in word_counts.items():
+        for i in range(1, len(word) - 1):
+            counts[word[i - 1], word[i]] += n
+    return dict(counts)
+
+
+def pairs_stride_two(word_counts):
+    counts = {}
+    for word, n in word_counts.items():
+        for pair in zip(word[::2], word[1::2]):
+            counts[pair] = counts.get(pair, 0) + n
+    return counts
+
+
+def best_by_max_get(pair_counts):
+    return max(pair_counts.keys(), key=lambda p: pair_counts[p])
+
+
+def best_sorted_descending(pair_counts):
+    return sorted(pair_counts.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)[0][0]
+
+
+def best_least(pair_counts):
+    return sorted(pair_counts.items(), key=lambda kv: (kv[1], kv[0]))[0][0]
+
+
+def best_alphabetical(pair_counts):
+    return min(pair_counts)
+
+
+def best_count(pair_counts):
+    return sorted(pair_counts.values())[-1]
+
+
+def merge_overlapping(symbols, pair, new):
+    out = []
+    for i in range(len(symbols)):
+        if i + 1 < len(symbols) and symbols[i] == pair[0] and symbols[i + 1] == pair[1]:
+            out.append(new)
+        elif i > 0 and symbols[i - 1] == pair[0] and symbols[i] == pair[1]:
+            continue
+        else:
+            out.append(symbols[i])
+    return out
+
+
+def merge_once(symbols, pair, new):
+    out = list(symbols)
+    for i in range(len(out) - 1):
+        if (out[i], out[i + 1]) == pair:
+            out[i : i + 2] = [new]
+            break
+    return out
+
+
+def merge_by_string(symbols, pair, new):
+    joined = "".join(symbols).replace(pair[0] + pair[1], "|")
+    return [new if char == "|" else char for char in joined]
+
+
+def merge_from_the_right(symbols, pair, new):
+    reversed_out = merge_with_for_loop(symbols[::-1], (pair[1], pair[0]), new)
+    return reversed_out[::-1]
+
+
+def merge_in_place(symbols, pair, new):
+    i = 0
+    while i + 1 < len(symbols):
+        if symbols[i] == pair[0] and symbols[i + 1] == pair[1]:
+            symbols[i] = new
+            del symbols[i + 1]
+        i += 1
+    return symbols
+
+
+def encode_most_frequent(word, merges):
+    tokens = [bytes([b]) for b in word]
+    merges = set(merges)
+    while True:
+        candidates = collections.Counter(p for p in zip(tokens, tokens[1:]) if p in merges)
+        if not candidates:
+            return tokens
+        (pair, _), = candidates.most_common(1)
+        tokens = merge_with_for_loop(tokens, pair, pair[0] + pair[1])
+
+
+def encode_leftmost(word, merges):
+    tokens = [bytes([b]) for b in word]
+    changed = True
+    while changed:
+        changed = False
+        for i in range(len(tokens) - 1):
+            if (tokens[i], tokens[i + 1]) in merges:
+                tokens = merge_with_for_loop(tokens, (tokens[i], tokens[i + 1]), tokens[i] + tokens[i + 1])
+                changed = True
+                break
+    return tokens
+
+
+def encode_reverse_ranks(word, merges):
+    tokens = [bytes([b]) for b in word]
+    while True:
+        present = [p for p in merges if p in set(zip(tokens, tokens[1:]))]
+        if not present:
+            return tokens
+        pair = present[-1]
+        tokens = merge_with_for_loop(tokens, pair, pair[0] + pair[1])
+
+
+def encode_single_merge(word, merges):
+    tokens = [bytes([b]) for b in word]
+    pairs = set(zip(tokens, tokens[1:]))
+    for pair in merges:
+        if pair in pairs:
+            return merge_with_for_loop(tokens, pair, pair[0] + pair[1])
+    return tokens
+
+
+def encode_from_characters(word, merges):
+    tokens = [c.encode() for c in word.decode()]
+    for pair in merges:
+        tokens = merge_with_for_loop(tokens, pair, pair[0] + pair[1])
+    return tokens
+
+
+def decode_each(ids, vocab):
+    return "".join(vocab[i].decode("utf-8", "replace") for i in ids)
+
+
+def decode_latin(ids, vocab):
+    return "".join(vocab[i].decode("latin-1") for i in ids)
+
+
+def decode_strict(ids, vocab):
+    return b"".join([vocab[i] for i in ids]).decode()
+
+
+def decode_spaced(ids, vocab):
+    return " ".join(vocab[i].decode(errors="replace") for i in ids)
+
+
+def decode_str(ids, vocab):
+    return "".join(map(str, (vocab[i] for i in ids)))
+
+
+LEARNER_MISTAKES = [
+    ("01.count_pairs", pairs_unweighted, "ignored_word_counts"),
+    ("01.count_pairs", pairs_over_the_whole_text, "across_word_boundaries"),
+    ("01.count_pairs", pairs_as_set, "once_per_word"),
+    ("01.count_pairs", pairs_off_by_one, "missed_the_last_pair"),
+    ("01.count_pairs", pairs_stride_two, "non_overlapping_only"),
+    ("01.best_pair", best_by_max_get, "tie_by_dict_order"),
+    ("01.best_pair", best_sorted_descending, "largest_pair_of_the_tie"),
+    ("01.best_pair", best_least, "least_frequent"),
+    ("01.best_pair", best_alphabetical, "ignored_the_counts"),
+    ("01.best_pair", best_count, "returned_the_count"),
+    ("01.merge", merge_overlapping, "overlaps_merged_twice"),
+    ("01.merge", merge_once, "first_occurrence_only"),
+    ("01.merge", merge_by_string, "merged_across_symbols"),
+    ("01.merge", merge_from_the_right, "right_to_left"),
+    ("01.merge", merge_in_place, "edited_the_argument"),
+    ("01.encode_word", encode_most_frequent, "most_frequent_in_word"),
+    ("01.encode_word", encode_leftmost, "leftmost_pair_first"),
+    ("01.encode_word", encode_reverse_ranks, "latest_merge_first"),
+    ("01.encode_word", encode_single_merge, "stopped_after_one_merge"),
+    ("01.encode_word", encode_from_characters, "started_from_characters"),
+    ("01.decode", decode_each, "token_by_token"),
+    ("01.decode", decode_latin, "latin1"),
+    ("01.decode", decode_strict, "strict_decoding"),
+    ("01.decode", decode_spaced, "joined_with_spaces"),
+    ("01.decode", decode_str, "repr_of_bytes"),
+]
+
+
+@pytest.mark.parametrize(("exercise_id", "learner", "mistake"), LEARNER_MISTAKES,
+                         ids=[learner.__name__ for _, learner, _ in LEARNER_MISTAKES])
+def test_a_learners_mistake_is_named(exercise_id, learner, mistake):
+    result = check(exercise_id, learner)
+    named = next(m for m in get_exercise(exercise_id).mistakes if m.name == mistake)
+    assert result.points == 0 and result.mistake == mistake, result.verdict
+    assert f"It looks like you {named.description}." in result.verdict
+
+
+def test_every_catalogued_mistake_has_a_learner_version_here():
+    catalogued = {(e, m.name) for e in {e for e, _, _ in LEARNER_MISTAKES} for m in get_exercise(e).mistakes}
+    assert catalogued == {(e, m) for e, _, m in LEARNER_MISTAKES}
+
+
+def test_the_classic_example_shows_the_merges_a_wrong_count_makes():
+    result = check("01.count_pairs", pairs_as_set)
+    assert "aaabdaaabac" in result.verdict or "hug" in result.verdict
+
+
+def test_a_tie_broken_by_insertion_order_is_caught_on_the_reordered_table():
+    result = check("01.best_pair", best_by_max_get)
+    assert "inserted first" in result.verdict and "another order and another pair wins" in result.verdict

@@ -1,0 +1,616 @@
+"""Chapter 01's exercises: the pieces of byte-pair encoding, with the mistakes learners make.
+
+- ``01.count_pairs`` counts adjacent pairs in a table of words (each a tuple of symbols) weighted by the words' counts.
+  Besides single tables, one case runs the three merges of the classic "aaabdaaabac" example with the learner's counts
+  deciding each merge (ties broken by the reference's rule), so a counting mistake shows as the wrong merges.
+- ``01.best_pair`` picks the pair to merge: the most frequent, ties broken by the smallest pair in sort order, so the
+  result does not depend on the order of the table. The cases hold the same ties in different insertion orders.
+- ``01.merge`` applies one merge to a list of symbols, left to right, overlapping occurrences merged from the left.
+- ``01.encode_word`` encodes one word's bytes by merge *rank* (GPT-2's rule: the pair learned first, among those
+  present, is merged first), which is not the most frequent pair of the word.
+- ``01.decode`` turns token ids back into text through the bytes of the whole sequence, so that a character whose
+  UTF-8 bytes fall in two tokens survives, and an incomplete character becomes U+FFFD instead of an error.
+
+As in ``ch03``, the mistakes are written the way a learner would write them and carry no annotations.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+
+import torch
+
+from tutorial_lib import tokenizers as reference
+from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register
+
+# --- 01.count_pairs -----------------------------------------------------------------------------------------------------
+
+HUG_WORDS = {"hug": 10, "pug": 5, "pun": 12, "bun": 4, "hugs": 5}
+
+
+def _table(words: Mapping[str, int] | Mapping[tuple[str, ...], int]) -> dict[tuple[str, ...], int]:
+    return {tuple(word): count for word, count in words.items()}
+
+
+def reference_count_pairs(word_counts):
+    """Every adjacent pair of symbols, counted once per occurrence and weighted by the count of its word."""
+    counts: dict[tuple[str, str], int] = {}
+    for word, count in word_counts.items():
+        for pair in zip(word, word[1:]):
+            counts[pair] = counts.get(pair, 0) + count
+    return counts
+
+
+def _as_counts(value, what: str) -> dict:
+    if not isinstance(value, Mapping):
+        raise WrongOutput("wrong_type", f"{what} should return a dict from pair to count, got {type(value).__name__}")
+    return dict(value)
+
+
+def _count_call(count_pairs, args):
+    """Count the table; or, with ``n_merges``, let the counts decide ``n_merges`` merges and return them."""
+    word_counts, n_merges = args
+    if n_merges == 0:
+        return _as_counts(count_pairs(word_counts), "count_pairs")
+    words, merges = dict(word_counts), []
+    for _ in range(n_merges):
+        counts = _as_counts(count_pairs(words), "count_pairs")
+        if not counts:
+            break
+        pair, count = min(counts.items(), key=lambda item: (-item[1], item[0]))
+        merges.append((pair, count))
+        words = {tuple(reference.merge_pair(list(word), pair, pair[0] + pair[1])): n for word, n in words.items()}
+    return merges
+
+
+def _count_cases(generator: torch.Generator) -> list[Case]:
+    return [
+        Case.of(word_counts=_table(HUG_WORDS), n_merges=0, note="hug, pug, pun, bun, hugs with counts 10, 5, 12, 4, 5"),
+        Case.of(word_counts=_table({"aaabdaaabac": 1}), n_merges=3,
+                note="the three merges of 'aaabdaaabac', decided by your counts"),
+        Case.of(word_counts=_table({"aaa": 2, "aaaa": 1, "ba": 3}), n_merges=0, note="overlapping pairs"),
+        Case.of(word_counts={("h", "ug"): 10, ("p", "ug"): 5, ("p", "un"): 12, ("b", "un"): 4, ("h", "ug", "s"): 5},
+                n_merges=0, note="after two merges"),
+        Case.of(word_counts=_table({"a": 7, "low": 5, "lower": 2, "newest": 6, "widest": 3}), n_merges=0,
+                note="a one-symbol word"),
+    ]
+
+
+def _unweighted(word_counts):
+    counts = Counter()
+    for word in word_counts:
+        counts.update(zip(word, word[1:]))
+    return dict(counts)
+
+
+def _across_words(word_counts):
+    stream = [symbol for word, count in word_counts.items() for _ in range(count) for symbol in word]
+    return dict(Counter(zip(stream, stream[1:])))
+
+
+def _once_per_word(word_counts):
+    counts = Counter()
+    for word, count in word_counts.items():
+        for pair in set(zip(word, word[1:])):
+            counts[pair] += count
+    return dict(counts)
+
+
+def _last_pair_missed(word_counts):
+    counts = {}
+    for word, count in word_counts.items():
+        for i in range(len(word) - 2):
+            pair = (word[i], word[i + 1])
+            counts[pair] = counts.get(pair, 0) + count
+    return counts
+
+
+def _skip_after_a_pair(word_counts):  # counts non-overlapping pairs only: (0, 1), (2, 3), ...
+    counts = Counter()
+    for word, count in word_counts.items():
+        for i in range(0, len(word) - 1, 2):
+            counts[word[i], word[i + 1]] += count
+    return dict(counts)
+
+
+def _every_other_symbol(word_counts):
+    counts = Counter()
+    for word, count in word_counts.items():
+        for pair in zip(word, word[2:]):
+            counts[pair] += count
+    return dict(counts)
+
+
+def _count_squared(word_counts):
+    counts = Counter()
+    for word, count in word_counts.items():
+        for pair in zip(word, word[1:]):
+            counts[pair] += count * count
+    return dict(counts)
+
+
+COUNT_PAIRS = Exercise(
+    id="01.count_pairs",
+    reference=reference_count_pairs,
+    cases=_count_cases,
+    points=1,
+    call=_count_call,
+    outputs=("the pair counts",),
+    checked=(
+        "the hug/pug/pun/bun/hugs table, overlapping pairs (aaa), a table after two merges, a one-symbol word, and the "
+        "three merges of 'aaabdaaabac' (as your counts decide them)"
+    ),
+    hint=(
+        "for each word and its count, walk the adjacent pairs `zip(word, word[1:])` and add the word's count to each "
+        "pair's total; overlapping pairs count every time (aaa holds (a, a) twice)."
+    ),
+    mistakes=(
+        Mistake("ignored_word_counts", "counted each word once instead of weighting it by its count",
+                "A word that occurs 10 times contributes its pairs 10 times: add `count`, not 1.", (_unweighted,)),
+        Mistake("across_word_boundaries", "counted pairs across word boundaries",
+                "The words were split apart on purpose: a pair made of the end of one word and the start of the next "
+                "never occurs in text. Count within each word only.", (_across_words,)),
+        Mistake("once_per_word", "counted a pair once per word however often it occurs in it",
+                "`set(zip(word, word[1:]))` drops repeats: aaa holds (a, a) twice. Count every occurrence.",
+                (_once_per_word,)),
+        Mistake("missed_the_last_pair", "missed the last pair of each word",
+                "A word of n symbols has n - 1 adjacent pairs: `range(len(word) - 1)`, or `zip(word, word[1:])`.",
+                (_last_pair_missed,)),
+        Mistake("non_overlapping_only", "stepped two symbols at a time, so half the pairs were never counted",
+                "Every position i < n - 1 starts a pair: step by 1, `zip(word, word[1:])`.", (_skip_after_a_pair,)),
+    ),
+    mutants=(
+        Mutant("every_other_symbol", "pairs a symbol with the one two places later", _every_other_symbol),
+        Mutant("count_squared", "weights each word by its count squared", _count_squared),
+    ),
+)
+
+
+# --- 01.best_pair -------------------------------------------------------------------------------------------------------
+
+
+def reference_best_pair(pair_counts):
+    """The most frequent pair; among equally frequent ones, the smallest in sort order (independent of dict order)."""
+    return min(pair_counts.items(), key=lambda item: (-item[1], item[0]))[0]
+
+
+def _best_pair_cases(generator: torch.Generator) -> list[Case]:
+    counts = reference_count_pairs(_table(HUG_WORDS))
+    tie = {("u", "n"): 16, ("h", "u"): 15, ("u", "g"): 20, ("g", "s"): 5, ("p", "u"): 17, ("a", "g"): 20}
+    return [
+        Case.of(pair_counts=counts, note="the hug table: (u, g) 20"),
+        Case.of(pair_counts=tie, note="(u, g) and (a, g) both 20, (u, g) inserted first"),
+        Case.of(pair_counts=dict(reversed(list(tie.items()))), note="the same counts inserted in the opposite order"),
+        Case.of(pair_counts={("b", "c"): 3, ("b", "a"): 3, ("c", "a"): 1}, note="a tie decided by the second symbol"),
+        Case.of(pair_counts={("z", "z"): 1}, note="a single pair"),
+        Case.of(pair_counts={("ab", "c"): 4, ("a", "bc"): 4}, note="two pairs that both make abc"),
+    ]
+
+
+def _first_maximum(pair_counts):
+    return max(pair_counts, key=pair_counts.get)
+
+
+def _last_maximum(pair_counts):
+    best, best_count = None, -1
+    for pair, count in pair_counts.items():
+        if count >= best_count:
+            best, best_count = pair, count
+    return best
+
+
+def _largest_pair_of_the_tie(pair_counts):
+    return max(pair_counts.items(), key=lambda item: (item[1], item[0]))[0]
+
+
+def _least_frequent(pair_counts):
+    return min(pair_counts.items(), key=lambda item: (item[1], item[0]))[0]
+
+
+def _sorted_by_pair_only(pair_counts):
+    return sorted(pair_counts)[0]
+
+
+def _returned_the_count(pair_counts):
+    return max(pair_counts.values())
+
+
+def _sorted_by_count_then_reverse(pair_counts):
+    return sorted(pair_counts.items(), key=lambda item: item[1])[-1][0]
+
+
+def _concatenation_order(pair_counts):  # ties by the merged string: ('a', 'bc') vs ('ab', 'c') compare equal
+    return min(pair_counts.items(), key=lambda item: (-item[1], item[0][0] + item[0][1]))[0]
+
+
+def _best_item(pair_counts):
+    return min(pair_counts.items(), key=lambda item: (-item[1], item[0]))
+
+
+BEST_PAIR = Exercise(
+    id="01.best_pair",
+    reference=reference_best_pair,
+    cases=_best_pair_cases,
+    points=1,
+    outputs=("the pair",),
+    checked=(
+        "the hug table, a tie of two pairs inserted in both orders, a tie decided by the second symbol, a single pair, "
+        "and two tied pairs that both make abc: the most frequent pair, ties broken by the smallest pair in sort order"
+    ),
+    hint=(
+        "sort key (-count, pair): the highest count first, and among equal counts the pair that sorts first: "
+        "`min(pair_counts.items(), key=lambda item: (-item[1], item[0]))[0]`."
+    ),
+    mistakes=(
+        Mistake("tie_by_dict_order", "broke ties by the order of the dict, so the result depends on the input's order",
+                "`max(pair_counts, key=pair_counts.get)` returns the *first* maximum met: insert the same counts in "
+                "another order and another pair wins. Break ties by the pair itself: key (-count, pair).",
+                (_first_maximum, _last_maximum, _sorted_by_count_then_reverse)),
+        Mistake("largest_pair_of_the_tie", "broke ties towards the pair that sorts last",
+                "`max` with key (count, pair) prefers the largest pair among equal counts; the rule is the smallest: "
+                "`min` with key (-count, pair).", (_largest_pair_of_the_tie,)),
+        Mistake("least_frequent", "picked the least frequent pair",
+                "BPE merges the *most* frequent pair: sort by -count (or use `max` on the count).",
+                (_least_frequent,)),
+        Mistake("ignored_the_counts", "sorted by the pairs alone and ignored their counts",
+                "The count decides; the pair only breaks ties: key (-count, pair).", (_sorted_by_pair_only,)),
+        Mistake("returned_the_count", "returned the highest count instead of its pair",
+                "Return the pair (a tuple of two symbols), `item[0]` of the best `(pair, count)` item.",
+                (_returned_the_count,)),
+    ),
+    mutants=(
+        Mutant("concatenation_order", "breaks ties by the merged string, so (a, bc) and (ab, c) tie",
+               _concatenation_order),
+        Mutant("returns_the_item", "returns the (pair, count) item", _best_item),
+    ),
+)
+
+
+# --- 01.merge -----------------------------------------------------------------------------------------------------------
+
+
+def _merge_cases(generator: torch.Generator) -> list[Case]:
+    return [
+        Case.of(symbols=list("hugs"), pair=("u", "g"), new="ug"),
+        Case.of(symbols=list("aaabdaaabac"), pair=("a", "a"), new="aa", note="overlapping occurrences: aaa"),
+        Case.of(symbols=["aa", "a", "b", "d", "aa", "a", "b", "a", "c"], pair=("aa", "a"), new="aaa",
+                note="the second merge of aaabdaaabac"),
+        Case.of(symbols=["a", "ab", "c", "ab", "c"], pair=("ab", "c"), new="abc", note="a match across symbols: a+ab"),
+        Case.of(symbols=list("aaaa"), pair=("a", "a"), new="aa", note="aaaa becomes aa aa"),
+        Case.of(symbols=list("pun"), pair=("u", "g"), new="ug", note="no occurrence"),
+        Case.of(symbols=["ba", "a", "ab"], pair=("a", "a"), new="aa", note="a, a only across the symbols ba|a|ab"),
+    ]
+
+
+def _no_skip(symbols, pair, new):  # both symbols of a merged pair may start another pair
+    out = []
+    i = 0
+    while i < len(symbols):
+        if i + 1 < len(symbols) and (symbols[i], symbols[i + 1]) == pair:
+            out.append(new)
+        elif not (i > 0 and (symbols[i - 1], symbols[i]) == pair):
+            out.append(symbols[i])
+        i += 1
+    return out
+
+
+def _first_occurrence_only(symbols, pair, new):
+    for i in range(len(symbols) - 1):
+        if (symbols[i], symbols[i + 1]) == pair:
+            return symbols[:i] + [new] + symbols[i + 2:]
+    return list(symbols)
+
+
+def _string_replace(symbols, pair, new):  # joins the symbols, so a match may straddle two of them
+    text = " ".join(symbols).replace(f"{pair[0]} {pair[1]}", new)
+    return text.split(" ")
+
+
+def _concatenated_replace(symbols, pair, new):
+    merged = "".join(symbols).replace(pair[0] + pair[1], "\0")
+    out = []
+    for char in merged:
+        out.append(new if char == "\0" else char)
+    return out
+
+
+def _right_to_left(symbols, pair, new):
+    out = []
+    i = len(symbols) - 1
+    while i >= 0:
+        if i > 0 and (symbols[i - 1], symbols[i]) == pair:
+            out.insert(0, new)
+            i -= 2
+        else:
+            out.insert(0, symbols[i])
+            i -= 1
+    return out
+
+
+def _in_place(symbols, pair, new):
+    i = 0
+    while i < len(symbols) - 1:
+        if (symbols[i], symbols[i + 1]) == pair:
+            symbols[i : i + 2] = [new]
+        i += 1
+    return symbols
+
+
+def _pair_as_tuple(symbols, pair, new):
+    return reference.merge_pair(symbols, pair, pair)
+
+
+def _last_symbol_dropped(symbols, pair, new):
+    out, i = [], 0
+    while i < len(symbols) - 1:
+        if (symbols[i], symbols[i + 1]) == pair:
+            out.append(new)
+            i += 2
+        else:
+            out.append(symbols[i])
+            i += 1
+    return out
+
+
+MERGE = Exercise(
+    id="01.merge",
+    reference=reference.merge_pair,
+    cases=_merge_cases,
+    points=1,
+    outputs=("the merged symbols",),
+    checked=(
+        "a merge in hugs, overlapping occurrences (aaa, aaaa), the merges of aaabdaaabac, a match that straddles two "
+        "symbols, and a list without the pair"
+    ),
+    hint=(
+        "walk the list with an index i: when symbols[i], symbols[i + 1] is the pair, append the new symbol and move "
+        "on by 2, else append symbols[i] and move on by 1; build a new list, never edit the argument."
+    ),
+    mistakes=(
+        Mistake("overlaps_merged_twice", "merged overlapping occurrences twice",
+                "After a merge, both symbols are used: jump to i + 2, so aaa becomes aa a, not aa aa.", (_no_skip,)),
+        Mistake("first_occurrence_only", "merged only the first occurrence of the pair",
+                "A merge replaces every occurrence in the word: keep scanning after the first.",
+                (_first_occurrence_only,)),
+        Mistake("merged_across_symbols", "joined the symbols into a string and replaced the pair's characters in it",
+                "In the string a+ab+c the characters 'abc' straddle two symbols: a match must be two whole, adjacent "
+                "symbols. Compare list elements, not characters.", (_concatenated_replace,)),
+        Mistake("right_to_left", "scanned from the right, so overlapping occurrences merge from the right",
+                "BPE merges from the left: aaa becomes aa a. Scan i = 0, 1, 2 and so on.", (_right_to_left,)),
+        Mistake("edited_the_argument", "edited the caller's list in place",
+                "`symbols[i:i + 2] = [new]` changes the list the caller passed (and shifts the indices under the loop): "
+                "build a new list instead.", (_in_place,)),
+    ),
+    mutants=(
+        Mutant("new_symbol_as_a_tuple", "appends the pair itself instead of the new symbol", _pair_as_tuple),
+        Mutant("last_symbol_dropped", "stops one symbol early and drops the last", _last_symbol_dropped),
+        Mutant("space_joined_replace", "replaces 'l r' in the space-joined string", _string_replace),
+    ),
+)
+
+
+# --- 01.encode_word -----------------------------------------------------------------------------------------------------
+
+
+def reference_encode_word(word, merges):
+    """The tokens of one word's bytes: repeatedly merge the adjacent pair learned first among those present."""
+    ranks = {pair: rank for rank, pair in reversed(list(enumerate(merges)))}
+    tokens = [bytes([b]) for b in word]
+    while len(tokens) > 1:
+        pair = min(zip(tokens, tokens[1:]), key=lambda p: ranks.get(p, len(merges)))
+        if pair not in ranks:
+            break
+        tokens = reference.merge_pair(tokens, pair, pair[0] + pair[1])
+    return tokens
+
+
+_HUG_MERGES = [(b"u", b"g"), (b"u", b"n"), (b"h", b"ug")]
+
+
+def _encode_cases(generator: torch.Generator) -> list[Case]:
+    rank_vs_frequency = [(b"a", b"b"), (b"b", b"c"), (b"bc", b"bc")]  # bcbc's pair (b, c) is frequent but learned later
+    return [
+        Case.of(word=b"hugs", merges=_HUG_MERGES),
+        Case.of(word=b"abcbc", merges=rank_vs_frequency,
+                note="(a, b) was learned first; (b, c) occurs twice in the word"),
+        Case.of(word=b"bcbc", merges=rank_vs_frequency, note="two merges in a row"),
+        Case.of(word=b"aaab", merges=[(b"a", b"b"), (b"a", b"a"), (b"aa", b"ab")],
+                note="(a, b) first, although (a, a) comes first in the word"),
+        Case.of(word="café".encode(), merges=[(b"\xc3", b"\xa9"), (b"f", b"\xc3\xa9"), (b"a", b"f")],
+                note="the two UTF-8 bytes of é"),
+        Case.of(word="é!".encode(), merges=[(b"\xa9", b"!"), (b"\xc3", b"\xa9!")],
+                note="a merge of é's second byte with the next character"),
+        Case.of(word=b"ababx", merges=[(b"a", b"b"), (b"b", b"a")], note="(a, b) learned before (b, a)"),
+        Case.of(word=b"abc", merges=[(b"b", b"c"), (b"a", b"b")], note="(b, c) learned first, (a, b) is leftmost"),
+        Case.of(word=b"xyz", merges=_HUG_MERGES, note="no merge applies"),
+    ]
+
+
+def _most_frequent_in_word(word, merges):
+    known = set(merges)
+    tokens = [bytes([b]) for b in word]
+    while True:
+        counts = Counter(p for p in zip(tokens, tokens[1:]) if p in known)
+        if not counts:
+            return tokens
+        pair = max(counts, key=counts.get)
+        tokens = reference.merge_pair(tokens, pair, pair[0] + pair[1])
+
+
+def _leftmost_known_pair(word, merges):
+    known = set(merges)
+    tokens = [bytes([b]) for b in word]
+    while True:
+        pair = next((p for p in zip(tokens, tokens[1:]) if p in known), None)
+        if pair is None:
+            return tokens
+        tokens = reference.merge_pair(tokens, pair, pair[0] + pair[1])
+
+
+def _latest_merge_first(word, merges):
+    ranks = {pair: rank for rank, pair in enumerate(merges)}
+    tokens = [bytes([b]) for b in word]
+    while True:
+        present = [p for p in zip(tokens, tokens[1:]) if p in ranks]
+        if not present:
+            return tokens
+        pair = max(present, key=ranks.get)
+        tokens = reference.merge_pair(tokens, pair, pair[0] + pair[1])
+
+
+def _one_pass(word, merges):  # each merge tried once, in order... against the bytes it started from
+    tokens = [bytes([b]) for b in word]
+    for pair in merges:
+        if pair in zip(tokens, tokens[1:]):
+            return reference.merge_pair(tokens, pair, pair[0] + pair[1])
+    return tokens
+
+
+def _characters_not_bytes(word, merges):
+    text = word.decode("utf-8")
+    tokens = [char.encode("utf-8") for char in text]
+    ranks = {pair: rank for rank, pair in enumerate(merges)}
+    while len(tokens) > 1:
+        pair = min(zip(tokens, tokens[1:]), key=lambda p: ranks.get(p, len(merges)))
+        if pair not in ranks:
+            break
+        tokens = reference.merge_pair(tokens, pair, pair[0] + pair[1])
+    return tokens
+
+
+def _ids_instead_of_tokens(word, merges):
+    return [int.from_bytes(token, "big") for token in reference_encode_word(word, merges)]
+
+
+def _merged_string_back(word, merges):
+    return [b"".join(reference_encode_word(word, merges))]
+
+
+ENCODE_WORD = Exercise(
+    id="01.encode_word",
+    reference=reference_encode_word,
+    cases=_encode_cases,
+    points=2,
+    outputs=("the tokens",),
+    checked=(
+        "hugs, words where the most frequent or leftmost pair is not the one learned first, two merges in a row, "
+        "the two UTF-8 bytes of é and a merge of one of them with the next character, and a word no merge applies to"
+    ),
+    hint=(
+        "start from the word's single bytes `[bytes([b]) for b in word]`; while some adjacent pair is a learned "
+        "merge, merge (everywhere) the one with the lowest rank, its index in `merges`; stop when none is."
+    ),
+    mistakes=(
+        Mistake("most_frequent_in_word", "merged the pair most frequent in the word instead of the merge learned first",
+                "Encoding replays training's order: the pair with the lowest rank (index in merges) goes first, "
+                "however often another pair occurs in this word.", (_most_frequent_in_word,)),
+        Mistake("leftmost_pair_first", "merged the leftmost known pair instead of the merge learned first",
+                "The position in the word does not matter, the rank does: `min(pairs, key=rank)`.",
+                (_leftmost_known_pair,)),
+        Mistake("latest_merge_first", "applied the merge learned last first",
+                "Rank 0 is the first merge learned, and it goes first: take the *lowest* rank.",
+                (_latest_merge_first,)),
+        Mistake("stopped_after_one_merge", "stopped after one merge",
+                "Keep merging while any adjacent pair is a learned merge: bcbc needs (b, c) and then (bc, bc).",
+                (_one_pass,)),
+        Mistake("started_from_characters", "started from the word's characters instead of its bytes",
+                "Byte-level BPE starts from single bytes: é is two bytes, 0xC3 0xA9, and the merges work on them.",
+                (_characters_not_bytes,)),
+    ),
+    mutants=(
+        Mutant("ids_instead_of_tokens", "returns integers built from each token's bytes", _ids_instead_of_tokens),
+        Mutant("merged_string_back", "returns the word's bytes joined into one token", _merged_string_back),
+    ),
+)
+
+
+# --- 01.decode ----------------------------------------------------------------------------------------------------------
+
+
+def reference_decode(ids, vocab):
+    """The text of ``ids``: the bytes of every token joined, then decoded once; an incomplete character -> U+FFFD."""
+    return b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace")
+
+
+def _decode_cases(generator: torch.Generator) -> list[Case]:
+    tokenizer = reference.BPETokenizer([(b"\xc3", b"\xa9"), (b"h", b"e"), (b" ", b"c"), (b"\xf0", b"\x9f"),
+                                        (b"\xf0\x9f", b"\x99")])
+    vocab = tokenizer.vocab
+    return [
+        Case.of(ids=tokenizer.encode("hello"), vocab=vocab),
+        Case.of(ids=tokenizer.encode("naïve café"), vocab=vocab, note="é is one token, ï two single bytes"),
+        Case.of(ids=[0xF0, 0x9F, 0x99, 0x82], vocab=vocab, note="🙂 as four single bytes"),
+        Case.of(ids=tokenizer.encode("🙂")[:1], vocab=vocab, note="the first three bytes of 🙂: an incomplete character"),
+        Case.of(ids=tokenizer.encode("A 中文 w"), vocab=vocab, note="CJK, three bytes a character"),
+    ]
+
+
+def _token_by_token(errors: str):
+    def decode(ids, vocab):
+        return "".join(vocab[i].decode("utf-8", errors=errors) for i in ids)
+
+    return decode
+
+
+def _latin1(ids, vocab):
+    return b"".join(vocab[i] for i in ids).decode("latin-1")
+
+
+def _strict(ids, vocab):
+    return b"".join(vocab[i] for i in ids).decode("utf-8")
+
+
+def _joined_with_spaces(ids, vocab):
+    return " ".join(vocab[i].decode("utf-8", errors="replace") for i in ids)
+
+
+def _repr_of_bytes(ids, vocab):
+    return "".join(str(vocab[i]) for i in ids)
+
+
+def _ids_as_code_points(ids, vocab):
+    return "".join(chr(i) for i in ids)
+
+
+def _ignore_errors(ids, vocab):
+    return b"".join(vocab[i] for i in ids).decode("utf-8", errors="ignore")
+
+
+DECODE = Exercise(
+    id="01.decode",
+    reference=reference_decode,
+    cases=_decode_cases,
+    points=1,
+    outputs=("the text",),
+    checked=(
+        "ASCII, accented letters in one token or in two, an emoji as four single bytes, an emoji cut after three of its "
+        "four bytes (U+FFFD), and CJK characters"
+    ),
+    hint=(
+        "join the bytes of every token first, `b''.join(vocab[i] for i in ids)`, then decode once with "
+        "`.decode('utf-8', errors='replace')`."
+    ),
+    mistakes=(
+        Mistake("token_by_token", "decoded each token on its own, so a character split over two tokens breaks",
+                "A character's UTF-8 bytes may sit in several tokens (ï as 0xC3 then 0xAF): join all the bytes first, "
+                "then decode once.", (_token_by_token("replace"), _token_by_token("ignore"))),
+        Mistake("latin1", "decoded the bytes as Latin-1 instead of UTF-8",
+                "Latin-1 maps each byte to one character, so é (two bytes) becomes 'Ã©': decode with 'utf-8'.",
+                (_latin1,)),
+        Mistake("strict_decoding", "decoded strictly, so an incomplete character raises",
+                "A slice of ids can end in the middle of a character: `errors='replace'` turns the incomplete bytes "
+                "into U+FFFD instead of raising UnicodeDecodeError.", (_strict,)),
+        Mistake("joined_with_spaces", "joined the tokens with spaces",
+                "Tokens carry their own spaces (' c' is one token): join with the empty string.",
+                (_joined_with_spaces,)),
+        Mistake("repr_of_bytes", "converted each token with str(), which gives its repr such as b'he'",
+                "`str(b'he')` is \"b'he'\": decode bytes with `.decode('utf-8')`.", (_repr_of_bytes,)),
+    ),
+    mutants=(
+        Mutant("ids_as_code_points", "turns each id into the character of that code point", _ids_as_code_points),
+        Mutant("ignore_errors", "drops incomplete characters (errors='ignore')", _ignore_errors),
+    ),
+)
+
+register(COUNT_PAIRS, BEST_PAIR, MERGE, ENCODE_WORD, DECODE)
