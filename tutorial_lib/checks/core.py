@@ -300,6 +300,13 @@ def _compare(exercise: Exercise, case: Case, got: Outcome, want: Outcome) -> Fai
     """The first way the learner's call differs from the reference's, in the order the verdicts are given."""
     if got.timed_out:
         return Failure("too_slow", "")
+    if want.error is not None:  # the case is bad input: the answer must refuse it with the same kind of error
+        expected = describe_error(want.error, learner_line=False)
+        if got.error is not None and type(got.error) is type(want.error):
+            return None
+        if got.error is not None:
+            return Failure("raised", f"{describe_error(got.error)}, where {expected} is expected")
+        return Failure("wrong_values", f"it should raise {expected} here, but returned {describe_type(got.value)}")
     if got.error is not None:
         if got.raised_by_learner:
             return Failure("raised", describe_error(got.error))
@@ -308,8 +315,6 @@ def _compare(exercise: Exercise, case: Case, got: Outcome, want: Outcome) -> Fai
         returned = f" ({describe_type(got.returned[-1])})" if got.returned else ""
         return Failure("wrong_type", f"what your code returned{returned} could not be used: "
                                      f"{describe_error(got.error, learner_line=False)}")
-    if want.error is not None:  # the reference itself failed: a bug of ours, never the learner's fault
-        raise RuntimeError(f"the reference failed on {case.describe()}: {describe_error(want.error)}")
     pairs, failure = named_leaves(exercise.outputs, want.value, got.value)
     if failure:
         return failure
@@ -333,28 +338,27 @@ def _changed(before: Any, after: Any) -> bool:
     return False
 
 
-def _same_behaviour(a: Outcome, b: Outcome, tolerance: tuple[float, float] | None) -> bool:
+def _same_behaviour(a: Outcome, b: Outcome, tolerance: tuple[float, float] | None, *, refused: bool = False) -> bool:
+    """Same value, same arguments afterwards, or the same exception: the same type and message, or only the same type
+    on a case of bad input that the reference itself ``refused`` (a learner words their own error message)."""
     if a.timed_out or b.timed_out:
         return False
     if a.error is not None or b.error is not None:
-        return (
-            a.error is not None
-            and b.error is not None
-            and type(a.error) is type(b.error)
-            and str(a.error) == str(b.error)
-        )
+        return (a.error is not None and b.error is not None and type(a.error) is type(b.error)
+                and (refused or str(a.error) == str(b.error)))
     return same(a.value, b.value, tolerance) and same(a.args_after, b.args_after, tolerance)
 
 
-def _matching_mistakes(exercise: Exercise, cases: Sequence[Case], learner: Sequence[Outcome]) -> list[Mistake]:
+def _matching_mistakes(exercise: Exercise, cases: Sequence[Case], learner: Sequence[Outcome],
+                       refused: Sequence[bool]) -> list[Mistake]:
     """Every catalogued mistake one of whose variants behaves like the learner on *every* case."""
     return [
         mistake
         for mistake in exercise.mistakes
         if any(
             all(
-                _same_behaviour(got, run_ours(exercise.run, variant, case.args), exercise.tolerance)
-                for case, got in zip(cases, learner)
+                _same_behaviour(got, run_ours(exercise.run, variant, case.args), exercise.tolerance, refused=bad)
+                for case, got, bad in zip(cases, learner, refused)
             )
             for variant in mistake.variants
         )
@@ -435,6 +439,7 @@ def _judge(exercise: Exercise, obj: Any, time_limit: float) -> _Verdict:
     cases = exercise.make_cases()
     learner: list[Outcome] = []
     failures: list[Failure | None] = []
+    refused: list[bool] = []  # cases of bad input, which the reference refuses with an exception
     for index, case in enumerate(cases):
         got = run_learner(exercise.run, obj, case.args, calls_directly=exercise.call is None, time_limit=time_limit,
                              wrapper=exercise.call)
@@ -448,7 +453,9 @@ def _judge(exercise: Exercise, obj: Any, time_limit: float) -> _Verdict:
             return _Verdict("too_slow", f"On {case.describe()}, the call did not finish within {time_limit:g} s: look "
                                         f"for a loop that never ends.", f"did not finish within {time_limit:g} s")
         learner.append(got)
-        failures.append(_compare(exercise, case, got, run_ours(exercise.run, exercise.reference, case.args)))
+        want = run_ours(exercise.run, exercise.reference, case.args)
+        refused.append(want.error is not None)
+        failures.append(_compare(exercise, case, got, want))
 
     first = next((index for index, failure in enumerate(failures) if failure is not None), None)
     if first is None or failures[first].kind != "raised":
@@ -464,7 +471,7 @@ def _judge(exercise: Exercise, obj: Any, time_limit: float) -> _Verdict:
         body = sentence(f"On {case.describe()}, your code raised {failure.detail}")
     else:
         body = sentence(f"On {case.describe()}, {failure.detail}")
-    mistakes = _matching_mistakes(exercise, cases, learner)
+    mistakes = _matching_mistakes(exercise, cases, learner, refused)
     if len(mistakes) == 1:
         body += f" It looks like you {mistakes[0].description}. {sentence(mistakes[0].fix)}"
     elif mistakes:
