@@ -105,3 +105,22 @@ def test_token_ids_must_be_integers():
 def test_sinusoidal_bad_sizes(n_ctx, d_model, argument):
     with pytest.raises(ValueError, match=argument):
         sinusoidal_positional_encoding(n_ctx, d_model)
+
+
+def test_the_base_sets_the_longest_wavelength():
+    pe = sinusoidal_positional_encoding(50, 8, base=100.0)
+    expected = torch.tensor([[paper_pe_base(pos, dim, 8, 100.0) for dim in range(8)] for pos in range(50)])
+    torch.testing.assert_close(pe, expected, **TOL)
+    assert torch.equal(sinusoidal_positional_encoding(50, 8), sinusoidal_positional_encoding(50, 8, base=10000))
+
+
+def paper_pe_base(pos: int, dim: int, d_model: int, base: float) -> float:
+    two_i = dim - dim % 2
+    angle = pos / np.float64(base) ** (two_i / d_model)
+    return float(np.sin(angle) if dim % 2 == 0 else np.cos(angle))
+
+
+@pytest.mark.parametrize("base", [1.0, 0.5, -3, True, "10000"])
+def test_the_base_must_exceed_one(base, without_annotation_checks):
+    with without_annotation_checks(), pytest.raises(ValueError, match="base must be a number greater than 1"):
+        sinusoidal_positional_encoding(4, 4, base=base)

@@ -119,6 +119,15 @@ def test_the_solutions_score_full_marks(path):
     ]
 
 
+@pytest.mark.parametrize("path", sorted((ROOT / "exercises").glob("*.ipynb")), ids=lambda path: path.name)
+def test_every_fresh_exercises_notebook_runs_and_scores_zero(path):
+    result = grade.grade_notebook(path)
+    assert result.status == "ran to the end"
+    assert [(g.exercise_id, g.points, g.summary) for g in result.exercises] == [
+        (exercise.id, 0, "not attempted yet") for exercise in chapter_exercises(path.name[:2])
+    ]
+
+
 def test_a_fresh_exercise_notebook_runs_and_scores_zero(capsys):
     assert grade.main([str(EXERCISE)]) == 0
     out = capsys.readouterr().out.strip().splitlines()

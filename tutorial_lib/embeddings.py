@@ -45,14 +45,19 @@ class LearnedPositionalEmbedding(nn.Module):
         return self.weight[offset : offset + seq_len]
 
 
-def sinusoidal_positional_encoding(n_ctx: int, d_model: int) -> Float[Tensor, "n_ctx d_model"]:
-    """§3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))."""
+def sinusoidal_positional_encoding(n_ctx: int, d_model: int, *, base: float = 10000.0) -> Float[Tensor, "n_ctx d_model"]:
+    """§3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)).
+
+    ``base`` is the paper's 10000: the wavelengths run from 2π to base · 2π.
+    """
     for name, value in (("n_ctx", n_ctx), ("d_model", d_model)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1:
+        raise ValueError(f"base must be a number greater than 1, got {base!r}")
     position = torch.arange(n_ctx, dtype=torch.float64)[:, None]
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
-    angle = position / 10000 ** (two_i / d_model)  # (n_ctx, ceil(d_model / 2))
+    angle = position / base ** (two_i / d_model)  # (n_ctx, ceil(d_model / 2))
     pe = torch.zeros(n_ctx, d_model, dtype=torch.float64)
     pe[:, 0::2] = torch.sin(angle)
     pe[:, 1::2] = torch.cos(angle[:, : d_model // 2])

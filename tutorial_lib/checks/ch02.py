@@ -1,0 +1,329 @@
+"""Chapter 02's exercises: the sinusoidal encoding of §3.5, positions read with an offset, the scaled token embedding.
+
+- ``02.sinusoidal`` is compared with the package's table (float32) for even and odd ``d_model``; an odd width checks
+  that the last column is a sine (its cosine partner does not exist).
+- ``02.position_rows`` reads rows of a learned position table from ``offset`` on, as a KV cache needs when new tokens
+  continue cached ones, and refuses (``ValueError``) a window that runs past the table.
+- ``02.scaled_embedding`` looks up token vectors and multiplies them by √d_model (§3.4).
+
+As in ``ch03``, the mistakes are written the way a learner would write them and carry no annotations.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
+from tutorial_lib.embeddings import check_sequence_fits, sinusoidal_positional_encoding
+
+# --- 02.sinusoidal ------------------------------------------------------------------------------------------------------
+
+
+def _sinusoidal_cases(generator: torch.Generator) -> list[Case]:
+    return [
+        Case.of(n_ctx=6, d_model=8),
+        Case.of(n_ctx=50, d_model=16, note="positions up to 49"),
+        Case.of(n_ctx=4, d_model=7, note="an odd d_model: the last column is a sine"),
+        Case.of(n_ctx=1, d_model=2, note="one position"),
+    ]
+
+
+def _table(n_ctx, d_model, *, swap=False, exponent=lambda i, d: 2 * i / d, first=0, layout="interleaved", base=10000):
+    """A learner's table; each keyword reproduces one way of getting it wrong."""
+    pe = torch.zeros(n_ctx, d_model)
+    for pos in range(n_ctx):
+        for i in range((d_model + 1) // 2):
+            angle = (pos + first) / base ** exponent(i, d_model)
+            even, odd = (math.cos(angle), math.sin(angle)) if swap else (math.sin(angle), math.cos(angle))
+            if layout == "interleaved":
+                pe[pos, 2 * i] = even
+                if 2 * i + 1 < d_model:
+                    pe[pos, 2 * i + 1] = odd
+            else:  # the sines in the first half, the cosines in the second
+                half = (d_model + 1) // 2
+                pe[pos, i] = even
+                if half + i < d_model:
+                    pe[pos, half + i] = odd
+    return pe
+
+
+def _halves_concatenated(n_ctx, d_model):
+    return _table(n_ctx, d_model, layout="halves")
+
+
+def _sin_cos_swapped(n_ctx, d_model):
+    return _table(n_ctx, d_model, swap=True)
+
+
+def _exponent_i_over_d(n_ctx, d_model):
+    return _table(n_ctx, d_model, exponent=lambda i, d: i / d)
+
+
+def _positions_from_one(n_ctx, d_model):
+    return _table(n_ctx, d_model, first=1)
+
+
+def _exponent_index_over_d(n_ctx, d_model):  # the column index 2i or 2i+1 in the exponent, as the paper's 2i is misread
+    pe = torch.zeros(n_ctx, d_model)
+    for pos in range(n_ctx):
+        for column in range(d_model):
+            angle = pos / 10000 ** (column / d_model)
+            pe[pos, column] = math.sin(angle) if column % 2 == 0 else math.cos(angle)
+    return pe
+
+
+def _multiplied_by_the_frequency_term(n_ctx, d_model):
+    position = torch.arange(n_ctx, dtype=torch.float64)[:, None]
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
+    angle = position * 10000 ** (two_i / d_model)
+    pe = torch.zeros(n_ctx, d_model, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(angle)
+    pe[:, 1::2] = torch.cos(angle[:, : d_model // 2])
+    return pe.float()
+
+
+def _transposed(n_ctx, d_model):
+    return sinusoidal_positional_encoding(n_ctx, d_model).T.contiguous()
+
+
+def _float64(n_ctx, d_model):
+    return sinusoidal_positional_encoding(n_ctx, d_model).double()
+
+
+SINUSOIDAL = Exercise(
+    id="02.sinusoidal",
+    reference=sinusoidal_positional_encoding,
+    cases=_sinusoidal_cases,
+    points=2,
+    outputs=("the table",),
+    axes={"the table": "position dimension"},
+    tolerance=(0.0, 1e-5),
+    checked=(
+        "tables of 6 × 8, 50 × 16, 4 × 7 (an odd d_model) and 1 × 2, float32: sines in the even columns, cosines in "
+        "the odd ones, angle pos / 10000^(2i / d_model)"
+    ),
+    hint=(
+        "column 2i holds sin(pos / 10000^(2i / d_model)) and column 2i + 1 holds cos of the same angle; positions "
+        "count from 0; build the angles as a (n_ctx, 1) column of positions over a row of 10000^(2i / d_model) and "
+        "fill `pe[:, 0::2]` and `pe[:, 1::2]`."
+    ),
+    mistakes=(
+        Mistake("sin_cos_swapped", "put the cosines in the even columns and the sines in the odd ones",
+                "§3.5: PE(pos, 2i) = sin, PE(pos, 2i + 1) = cos; row 0 is then 0, 1, 0, 1, …", (_sin_cos_swapped,)),
+        Mistake("exponent_i_over_d", "used i / d_model in the exponent instead of 2i / d_model",
+                "The i of the paper counts pairs of columns: the exponent of pair i is 2i / d_model, so the slowest "
+                "pair's wavelength reaches 10000 · 2π.", (_exponent_i_over_d,)),
+        Mistake("exponent_column_over_d", "used the column index in the exponent, so a cosine's angle differs from its "
+                "sine's",
+                "Columns 2i and 2i + 1 share one angle, pos / 10000^(2i / d_model): that shared angle is what makes "
+                "each pair a point on a circle.", (_exponent_index_over_d,)),
+        Mistake("halves_concatenated", "put all the sines in the first half and all the cosines in the second",
+                "That layout (used by some libraries) is the same information in another column order; the paper, and "
+                "every later chapter here, interleaves them: sin in 0, 2, 4, …, cos in 1, 3, 5, …",
+                (_halves_concatenated,)),
+        Mistake("positions_from_one", "numbered the positions from 1",
+                "The first position is 0, whose row is sin(0) = 0 and cos(0) = 1 in every pair.",
+                (_positions_from_one,)),
+    ),
+    mutants=(
+        Mutant("multiplied_by_the_frequency_term", "multiplies pos by 10000^(2i / d) instead of dividing",
+               _multiplied_by_the_frequency_term),
+        Mutant("transposed", "returns the (d_model, n_ctx) table", _transposed),
+        Mutant("float64", "returns float64 instead of float32", _float64),
+    ),
+)
+
+
+# --- 02.position_rows ---------------------------------------------------------------------------------------------------
+
+
+def reference_position_rows(table, seq_len, offset):
+    """Rows ``offset`` … ``offset + seq_len - 1`` of a learned position table; ValueError when that runs past it."""
+    check_sequence_fits(offset + seq_len, table.shape[0])
+    return table[offset : offset + seq_len]
+
+
+def _rows_cases(generator: torch.Generator) -> list[Case]:
+    table = torch.randn(8, 4, generator=generator)
+    return [
+        Case.of(table=table, seq_len=5, offset=0, note="a prompt of 5"),
+        Case.of(table=table, seq_len=1, offset=5, note="one new token after 5 cached ones"),
+        Case.of(table=table, seq_len=3, offset=4, note="3 new tokens after 4"),
+        Case.of(table=table, seq_len=2, offset=6, note="the last two rows"),
+        Case.of(table=table, seq_len=3, offset=6, note="past the table: a ValueError"),
+        Case.of(table=table, seq_len=9, offset=0, note="a prompt longer than the table: a ValueError"),
+    ]
+
+
+def _offset_ignored(table, seq_len, offset):
+    if offset + seq_len > table.shape[0]:
+        raise ValueError("too long")
+    return table[:seq_len]
+
+
+def _end_index_is_seq_len(table, seq_len, offset):
+    if offset + seq_len > table.shape[0]:
+        raise ValueError("too long")
+    return table[offset:seq_len]
+
+
+def _off_by_one(table, seq_len, offset):
+    if offset + seq_len > table.shape[0]:
+        raise ValueError("too long")
+    return table[offset + 1 : offset + seq_len + 1]
+
+
+def _no_check(table, seq_len, offset):
+    return table[offset : offset + seq_len]
+
+
+def _last_row_only(table, seq_len, offset):
+    if offset + seq_len > table.shape[0]:
+        raise ValueError("too long")
+    return table[offset + seq_len - 1 : offset + seq_len]
+
+
+def _wraps_around(table, seq_len, offset):
+    return table[torch.arange(offset, offset + seq_len) % table.shape[0]]
+
+
+def _checks_only_seq_len(table, seq_len, offset):
+    if seq_len > table.shape[0]:
+        raise ValueError("seq_len too long")
+    return table[offset : offset + seq_len]
+
+
+def _index_error(table, seq_len, offset):
+    if offset + seq_len > table.shape[0]:
+        raise IndexError("past the table")
+    return table[offset : offset + seq_len]
+
+
+POSITION_ROWS = Exercise(
+    id="02.position_rows",
+    reference=reference_position_rows,
+    cases=_rows_cases,
+    points=1,
+    outputs=("the rows",),
+    axes={"the rows": "position dimension"},
+    checked=(
+        "a prompt from position 0, one and three new tokens after cached ones, the last two rows of the table, and "
+        "two windows past the table (ValueError)"
+    ),
+    hint=(
+        "the new tokens are positions offset, offset + 1, …, offset + seq_len - 1: `table[offset : offset + seq_len]`; "
+        "raise ValueError when offset + seq_len > table.shape[0], since slicing past the end silently returns fewer "
+        "rows."
+    ),
+    mistakes=(
+        Mistake("offset_ignored", "ignored the offset, so new tokens get the positions of the first ones",
+                "After a cache of `offset` tokens, the next token is position `offset`, not 0: "
+                "`table[offset : offset + seq_len]`.", (_offset_ignored,)),
+        Mistake("end_index_is_seq_len", "ended the slice at seq_len instead of offset + seq_len",
+                "The window has seq_len rows starting at offset: the slice ends at `offset + seq_len`.",
+                (_end_index_is_seq_len,)),
+        Mistake("off_by_one", "started one row too late",
+                "Positions count from 0: `offset` cached tokens occupy rows 0 … offset - 1, so the next is row offset.",
+                (_off_by_one,)),
+        Mistake("no_length_check", "did not check that the window fits in the table",
+                "Slicing past the end of a tensor returns fewer rows without an error, and the model then fails far "
+                "from the cause: raise ValueError when offset + seq_len > table.shape[0].", (_no_check,)),
+        Mistake("last_row_only", "returned only the last position's row",
+                "Return one row per new token: seq_len rows.", (_last_row_only,)),
+    ),
+    mutants=(
+        Mutant("wraps_around", "wraps past the end of the table instead of refusing", _wraps_around),
+        Mutant("checks_only_seq_len", "compares seq_len alone with the table's length", _checks_only_seq_len),
+        Mutant("index_error", "raises IndexError instead of ValueError", _index_error),
+    ),
+)
+
+
+# --- 02.scaled_embedding ------------------------------------------------------------------------------------------------
+
+
+def reference_scaled_embedding(tokens, weight):
+    """§3.4: the rows of ``weight`` for ``tokens``, multiplied by √d_model."""
+    return weight[tokens] * math.sqrt(weight.shape[1])
+
+
+def _embedding_cases(generator: torch.Generator) -> list[Case]:
+    return [
+        Case.of(tokens=torch.tensor([[3, 0, 3, 9]]), weight=torch.randn(10, 16, generator=generator)),
+        Case.of(tokens=torch.randint(50, (2, 5), generator=generator),
+                weight=torch.randn(50, 64, generator=generator, dtype=torch.float64), note="d_model 64, d_vocab 50"),
+        Case.of(tokens=torch.tensor([1, 2]), weight=torch.randn(4, 9, generator=generator),
+                note="d_model 9, d_vocab 4: √9 = 3"),
+        Case.of(tokens=torch.tensor([[0], [5]]), weight=torch.randn(6, 12, generator=generator), note="d_model 12"),
+    ]
+
+
+def _scaled_by_d_model(tokens, weight):
+    return weight[tokens] * weight.shape[1]
+
+
+def _not_scaled(tokens, weight):
+    return weight[tokens]
+
+
+def _scaled_by_sqrt_d_vocab(tokens, weight):
+    return weight[tokens] * math.sqrt(weight.shape[0])
+
+
+def _divided(tokens, weight):
+    return weight[tokens] / math.sqrt(weight.shape[1])
+
+
+def _scaled_weight_in_place(tokens, weight):
+    weight *= math.sqrt(weight.shape[1])
+    return weight[tokens]
+
+
+def _one_hot_in_float32(tokens, weight):
+    one_hot = torch.nn.functional.one_hot(tokens, weight.shape[0]).float()
+    return (one_hot @ weight.float()) * math.sqrt(weight.shape[1])
+
+
+def _power_precedence(tokens, weight):
+    return weight[tokens] * weight.shape[1] ** 1 / 2  # ** binds first: d_model / 2
+
+
+def _integer_square_root(tokens, weight):
+    return weight[tokens] * math.isqrt(weight.shape[1])
+
+
+SCALED_EMBEDDING = Exercise(
+    id="02.scaled_embedding",
+    reference=reference_scaled_embedding,
+    cases=_embedding_cases,
+    points=1,
+    outputs=("the embeddings",),
+    checked="(batch, seq) and (seq,) token ids, d_model 16, 64, 9 and 12, float32 and float64",
+    hint=(
+        "a lookup is indexing: `weight[tokens]` has shape tokens.shape + (d_model,); multiply it by √d_model, the "
+        "square root of weight.shape[1]."
+    ),
+    mistakes=(
+        Mistake("scaled_by_d_model", "multiplied by d_model instead of √d_model",
+                "§3.4 multiplies by √d_model: `math.sqrt(weight.shape[1])`.", (_scaled_by_d_model,)),
+        Mistake("not_scaled", "forgot the √d_model", "§3.4: the looked-up rows are multiplied by √d_model.",
+                (_not_scaled,)),
+        Mistake("scaled_by_sqrt_d_vocab", "scaled by √d_vocab, the table's first axis, instead of √d_model",
+                "weight is (d_vocab, d_model): d_model is `weight.shape[1]`.", (_scaled_by_sqrt_d_vocab,)),
+        Mistake("divided", "divided by √d_model instead of multiplying",
+                "The embedding is scaled *up* so that it is not drowned by the positional encoding.", (_divided,)),
+        Mistake("scaled_the_table_in_place", "scaled the embedding table itself in place",
+                "`weight *= …` changes the model's parameter for every later call: scale the looked-up rows, "
+                "`weight[tokens] * math.sqrt(d_model)`.", (_scaled_weight_in_place,)),
+    ),
+    mutants=(
+        Mutant("one_hot_in_float32", "multiplies a float32 one-hot matrix, so float64 comes back as float32",
+               _one_hot_in_float32),
+        Mutant("power_precedence", "writes d_model ** 1 / 2, which is d_model / 2", _power_precedence),
+        Mutant("integer_square_root", "scales by the integer square root, math.isqrt(d_model)", _integer_square_root),
+    ),
+)
+
+register(SINUSOIDAL, POSITION_ROWS, SCALED_EMBEDDING)
