@@ -16,6 +16,17 @@ from tutorial_lib.attention import attention, causal_attention, causal_mask, sca
 from tutorial_lib.kv_cache import LayerKVCache
 
 
+def split_heads(x: Float[Tensor, "batch seq d_model"], n_heads: int) -> Float[Tensor, "batch n_heads seq d_head"]:
+    """Cut the last axis into ``n_heads`` consecutive slices of d_head = d_model / n_heads, one per head, and move
+    the head axis in front of the positions (the reshape, then the transpose)."""
+    return rearrange(x, "batch seq (n_heads d_head) -> batch n_heads seq d_head", n_heads=n_heads)
+
+
+def merge_heads(z: Float[Tensor, "batch n_heads seq d_head"]) -> Float[Tensor, "batch seq d_model"]:
+    """Concat(head_1, ..., head_h): the heads' outputs side by side on the last axis, head 1 first."""
+    return rearrange(z, "batch n_heads seq d_head -> batch seq (n_heads d_head)")
+
+
 class MultiHeadAttention(nn.Module):
     """Self-attention (``context=None``) or cross-attention (keys and values from ``context``).
 
@@ -51,7 +62,7 @@ class MultiHeadAttention(nn.Module):
             z = causal_attention(q, k, v, fast=self.fast)
         else:
             z = attention(q, k, v, self._full_mask(mask, causal, q.shape[-2], k.shape[-2], x.device), fast=self.fast)
-        return self.out_proj(rearrange(z, "batch n_heads seq d_head -> batch seq (n_heads d_head)"))
+        return self.out_proj(merge_heads(z))
 
     def forward_with_weights(
         self,
@@ -64,14 +75,13 @@ class MultiHeadAttention(nn.Module):
         """The readable path, also returning every head's attention weights (for the pattern viewers)."""
         q, k, v = self._heads(x, context, None)
         z, weights = scaled_dot_product_attention(q, k, v, self._full_mask(mask, causal, q.shape[-2], k.shape[-2], x.device))
-        return self.out_proj(rearrange(z, "batch n_heads seq d_head -> batch seq (n_heads d_head)")), weights
+        return self.out_proj(merge_heads(z)), weights
 
     def _heads(self, x: Tensor, context: Tensor | None, cache: LayerKVCache | None) -> tuple[Tensor, Tensor, Tensor]:
         source = x if context is None else context
-        split = "batch seq (n_heads d_head) -> batch n_heads seq d_head"
-        q = rearrange(self.q_proj(x), split, n_heads=self.n_heads)
-        k = rearrange(self.k_proj(source), split, n_heads=self.n_heads)
-        v = rearrange(self.v_proj(source), split, n_heads=self.n_heads)
+        q = split_heads(self.q_proj(x), self.n_heads)
+        k = split_heads(self.k_proj(source), self.n_heads)
+        v = split_heads(self.v_proj(source), self.n_heads)
         if cache is not None:
             k, v = cache.append(k, v)
         return q, k, v
