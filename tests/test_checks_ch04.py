@@ -1,0 +1,146 @@
+"""Chapter 04's checks: answers written as learners write them, right and wrong (independently of the catalogue)."""
+
+from __future__ import annotations
+
+import math
+
+import einops
+import pytest
+import torch
+
+from tutorial_lib.checks import check, get_exercise
+from tutorial_lib.multi_head import MultiHeadAttention
+
+
+def split_right(x, n_heads):
+    return einops.rearrange(x, "b s (h d) -> b h s d", h=n_heads)
+
+
+def merge_right(z):
+    return torch.cat(z.unbind(dim=1), dim=-1)
+
+
+def mha_right(x, context, w_q, w_k, w_v, w_o, n_heads, mask=None):
+    d_head = x.shape[-1] // n_heads
+    outputs = []
+    for h in range(n_heads):
+        cols = slice(h * d_head, (h + 1) * d_head)
+        scores = (x @ w_q[:, cols]) @ (context @ w_k[:, cols]).transpose(-2, -1) / math.sqrt(d_head)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        outputs.append(torch.softmax(scores, dim=-1).nan_to_num(0.0) @ (context @ w_v[:, cols]))
+    return torch.cat(outputs, dim=-1) @ w_o
+
+
+def split_reshape(x, n_heads):
+    return x.reshape(x.shape[0], n_heads, x.shape[1], -1)
+
+
+def split_strided(x, n_heads):
+    return einops.rearrange(x, "b s (d h) -> b h s d", h=n_heads)
+
+
+def split_no_transpose(x, n_heads):
+    return x.unflatten(-1, (n_heads, -1))
+
+
+def split_wrong_transpose(x, n_heads):
+    return x.unflatten(-1, (n_heads, -1)).transpose(1, 3)
+
+
+def split_positions(x, n_heads):
+    return torch.stack(list(x.tensor_split(n_heads, dim=1)), dim=1)
+
+
+def merge_reshape(z):
+    return z.reshape(z.shape[0], z.shape[2], -1)
+
+
+def merge_strided(z):
+    return einops.rearrange(z, "b h s d -> b s (d h)")
+
+
+def merge_view(z):
+    b, h, s, d = z.shape
+    return z.permute(0, 2, 1, 3).view(b, s, h * d)
+
+
+def merge_sum(z):
+    return z.sum(1)
+
+
+def merge_mean(z):
+    return torch.mean(z, dim=1)
+
+
+def mha_like(**kwargs):
+    def forward(x, context, w_q, w_k, w_v, w_o, n_heads, mask=None):
+        d_head = x.shape[-1] // n_heads
+        split = kwargs.get("split", split_right)
+        merge = kwargs.get("merge", merge_right)
+        keys = x if kwargs.get("keys_from_x") else context
+        q, k, v = split(x @ w_q, n_heads), split(keys @ w_k, n_heads), split(keys @ w_v, n_heads)
+        scale = math.sqrt(x.shape[-1]) if kwargs.get("sqrt_d_model") else math.sqrt(d_head)
+        scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / scale
+        if mask is not None:
+            m = mask if kwargs.get("no_head_axis") or mask.dim() < 3 else mask[:, None]
+            scores = scores.masked_fill(m.logical_not(), -math.inf)
+        out = merge(torch.softmax(scores, -1).nan_to_num(0.0) @ v)
+        return out if kwargs.get("no_w_o") else out @ w_o
+
+    return forward
+
+
+LEARNER_MISTAKES = [
+    ("04.split_heads", split_reshape, "reshape_without_transpose"),
+    ("04.split_heads", split_strided, "heads_interleaved"),
+    ("04.split_heads", split_no_transpose, "missing_transpose"),
+    ("04.split_heads", split_wrong_transpose, "transposed_wrong_axes"),
+    ("04.split_heads", split_positions, "split_positions"),
+    ("04.merge_heads", merge_reshape, "reshape_without_transpose"),
+    ("04.merge_heads", merge_strided, "heads_interleaved"),
+    ("04.merge_heads", merge_view, "view_after_transpose"),
+    ("04.merge_heads", merge_sum, "summed_heads"),
+    ("04.merge_heads", merge_mean, "averaged_heads"),
+    ("04.multi_head_forward", mha_like(sqrt_d_model=True), "scaled_by_sqrt_d_model"),
+    ("04.multi_head_forward", mha_like(no_w_o=True), "forgot_w_o"),
+    ("04.multi_head_forward", mha_like(no_head_axis=True), "mask_not_broadcast_over_heads"),
+    ("04.multi_head_forward", mha_like(split=split_reshape, merge=merge_reshape), "reshape_without_transpose"),
+    ("04.multi_head_forward", mha_like(merge=merge_strided), "heads_merged_in_the_wrong_order"),
+    ("04.multi_head_forward", mha_like(keys_from_x=True), "keys_from_the_queries"),
+]
+
+
+@pytest.mark.parametrize(("exercise_id", "learner", "mistake"), LEARNER_MISTAKES,
+                         ids=[f"{e}-{m}" for e, _, m in LEARNER_MISTAKES])
+def test_a_learners_mistake_is_named(exercise_id, learner, mistake):
+    result = check(exercise_id, learner)
+    named = next(m for m in get_exercise(exercise_id).mistakes if m.name == mistake)
+    assert result.points == 0 and result.mistake == mistake, result.verdict
+    assert f"It looks like you {named.description}." in result.verdict
+
+
+def test_every_catalogued_mistake_has_a_learner_version_here():
+    exercises = ("04.split_heads", "04.merge_heads", "04.multi_head_forward")
+    catalogued = {(e, m.name) for e in exercises for m in get_exercise(e).mistakes}
+    assert catalogued == {(e, m) for e, _, m in LEARNER_MISTAKES}
+
+
+@pytest.mark.parametrize(("exercise_id", "answer"), [
+    ("04.split_heads", split_right), ("04.merge_heads", merge_right), ("04.multi_head_forward", mha_right),
+    ("04.multi_head_forward", mha_like()),
+])
+def test_a_correct_answer_written_differently_passes(exercise_id, answer):
+    assert check(exercise_id, answer).passed
+
+
+def test_the_functional_reference_is_the_package_module_with_its_weights():
+    from tutorial_lib.checks.ch04 import reference_multi_head
+
+    torch.manual_seed(0)
+    module = MultiHeadAttention(16, 4, bias=False)
+    x, context = torch.randn(2, 5, 16), torch.randn(2, 7, 16)
+    mask = torch.rand(2, 5, 7) > 0.3
+    weights = [module.q_proj.weight.T, module.k_proj.weight.T, module.v_proj.weight.T, module.out_proj.weight.T]
+    expected = module(x, context, mask=mask)
+    torch.testing.assert_close(reference_multi_head(x, context, *weights, 4, mask), expected, atol=1e-6, rtol=0)

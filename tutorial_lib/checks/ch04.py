@@ -1,0 +1,284 @@
+"""Chapter 04's exercises: splitting a vector into heads, merging the heads back, and a whole multi-head forward.
+
+The cases include shapes where ``seq == n_heads`` (or ``batch == n_heads``), where a reshape that skips the transpose,
+or a mask that is not broadcast over the heads, keeps every shape right and only changes the values: the bugs that
+train silently. As in ``ch03``, the mistakes are written the way a learner would write them and carry no annotations.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from tutorial_lib.attention import scaled_dot_product_attention
+from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
+from tutorial_lib.multi_head import merge_heads, split_heads
+
+# --- 04.split_heads -----------------------------------------------------------------------------------------------------
+
+
+def _split_cases(generator: torch.Generator) -> list[Case]:
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator)
+
+    return [
+        Case.of(x=randn(2, 5, 12), n_heads=3, note="d_head = 4"),
+        Case.of(x=randn(1, 4, 8), n_heads=4, note="seq = n_heads: every shape is right even when the values are not"),
+        Case.of(x=randn(3, 6, 6), n_heads=2, note="d_head = 3"),
+        Case.of(x=randn(2, 3, 4), n_heads=1, note="one head"),
+    ]
+
+
+def _split_without_transpose(x, n_heads):
+    batch, seq, d_model = x.shape
+    return x.reshape(batch, n_heads, seq, d_model // n_heads)
+
+
+def _split_head_axis_last(x, n_heads):  # d_head outer, heads inner: the columns of a head are strided
+    batch, seq, d_model = x.shape
+    return x.view(batch, seq, d_model // n_heads, n_heads).permute(0, 3, 1, 2)
+
+
+def _split_no_transpose_at_all(x, n_heads):
+    batch, seq, d_model = x.shape
+    return x.view(batch, seq, n_heads, d_model // n_heads)
+
+
+def _split_transposed_wrong_axes(x, n_heads):
+    batch, seq, d_model = x.shape
+    return x.view(batch, seq, n_heads, d_model // n_heads).transpose(1, 3)
+
+
+def _split_swapped_sizes(x, n_heads):  # n_heads slices of d_head written the other way round
+    batch, seq, d_model = x.shape
+    return x.view(batch, seq, d_model // n_heads, n_heads).transpose(1, 3)
+
+
+def _split_chunk_positions(x, n_heads):
+    return torch.stack(x.chunk(n_heads, dim=1), dim=1)
+
+
+def _split_in_float64(x, n_heads):
+    return split_heads(x.double(), n_heads)
+
+
+SPLIT_HEADS = Exercise(
+    id="04.split_heads",
+    reference=split_heads,
+    cases=_split_cases,
+    points=1,
+    outputs=("the heads",),
+    axes={"the heads": "batch n_heads seq d_head"},
+    checked="d_head of 4, 2 and 3, one head, and seq = n_heads, where only the values can tell a wrong reshape",
+    hint=(
+        "head h is the slice d_head · h … d_head · (h + 1) - 1 of the last axis: `x.view(batch, seq, n_heads, d_head)` "
+        "cuts it, then `.transpose(1, 2)` moves the head axis before the positions."
+    ),
+    mistakes=(
+        Mistake("reshape_without_transpose", "reshaped straight to (batch, n_heads, seq, d_head) without a transpose",
+                "A reshape keeps the memory order, so each 'head' gets pieces of several positions: view as "
+                "(batch, seq, n_heads, d_head) first, then `.transpose(1, 2)`.", (_split_without_transpose,)),
+        Mistake("heads_interleaved", "split the last axis as (d_head, n_heads), so each head takes every n-th column",
+                "Head h owns a contiguous slice of d_head columns: view as (batch, seq, n_heads, d_head), heads "
+                "outer, d_head inner.", (_split_head_axis_last,)),
+        Mistake("missing_transpose", "left the head axis after the positions",
+                "Attention works on the last two axes (positions, d_head) of each head: `.transpose(1, 2)` to get "
+                "(batch, n_heads, seq, d_head).", (_split_no_transpose_at_all,)),
+        Mistake("transposed_wrong_axes", "transposed the positions with d_head instead of with the heads",
+                "Swap axes 1 and 2 of (batch, seq, n_heads, d_head): `.transpose(1, 2)`.",
+                (_split_transposed_wrong_axes,)),
+        Mistake("split_positions", "cut the sequence into n_heads chunks instead of cutting d_model",
+                "Every head sees every position with d_head of the features: split the last axis, not the positions.",
+                (_split_chunk_positions,)),
+    ),
+    mutants=(
+        Mutant("swapped_sizes", "views as (d_head, n_heads) and swaps axes 1 and 3", _split_swapped_sizes),
+        Mutant("float64", "returns float64", _split_in_float64),
+    ),
+)
+
+
+# --- 04.merge_heads -----------------------------------------------------------------------------------------------------
+
+
+def _merge_cases(generator: torch.Generator) -> list[Case]:
+    def randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator, dtype=dtype)
+
+    return [
+        Case.of(z=randn(2, 3, 5, 4), note="3 heads, seq 5, d_head 4"),
+        Case.of(z=randn(1, 4, 4, 2), note="seq = n_heads"),
+        Case.of(z=randn(2, 2, 3, 3, dtype=torch.float64), note="float64"),
+    ]
+
+
+def _merge_without_transpose(z):
+    batch, n_heads, seq, d_head = z.shape
+    return z.reshape(batch, seq, n_heads * d_head)
+
+
+def _merge_d_head_outer(z):  # column = d · n_heads + h: the heads interleaved
+    batch, n_heads, seq, d_head = z.shape
+    return z.permute(0, 2, 3, 1).reshape(batch, seq, n_heads * d_head)
+
+
+def _merge_with_view(z):  # the transposed tensor is not contiguous: view refuses
+    batch, n_heads, seq, d_head = z.shape
+    return z.transpose(1, 2).view(batch, seq, n_heads * d_head)
+
+
+def _merge_by_sum(z):
+    return z.sum(dim=1)
+
+
+def _merge_by_mean(z):
+    return z.mean(dim=1)
+
+
+def _merge_reversed_heads(z):
+    return merge_heads(z.flip(1))
+
+
+def _merge_concat_positions(z):
+    return torch.cat(list(z.unbind(1)), dim=1)
+
+
+MERGE_HEADS = Exercise(
+    id="04.merge_heads",
+    reference=merge_heads,
+    cases=_merge_cases,
+    points=1,
+    outputs=("the merged output",),
+    axes={"the merged output": "batch seq d_model"},
+    checked="3 heads of 4, seq = n_heads, and float64: Concat(head_1, …, head_h), head 1 first",
+    hint=(
+        "undo the split: `z.transpose(1, 2)` gives (batch, seq, n_heads, d_head), then `.reshape(batch, seq, "
+        "n_heads * d_head)` puts the heads side by side, head 1 in the first d_head columns."
+    ),
+    mistakes=(
+        Mistake("reshape_without_transpose", "reshaped straight to (batch, seq, d_model) without a transpose",
+                "(batch, n_heads, seq, d_head) must first become (batch, seq, n_heads, d_head): `.transpose(1, 2)`, "
+                "then the reshape.", (_merge_without_transpose,)),
+        Mistake("heads_interleaved", "merged the heads in the wrong order, d_head outer and heads inner",
+                "Concat puts whole heads side by side: after `.transpose(1, 2)` the last two axes are (n_heads, "
+                "d_head), which reshape to n_heads · d_head with head 1 first.", (_merge_d_head_outer,)),
+        Mistake("view_after_transpose", "called `.view` on the transposed tensor",
+                "A transpose makes the tensor non-contiguous, and `view` cannot reinterpret it: use `.reshape`, or "
+                "`.contiguous().view(...)`.", (_merge_with_view,)),
+        Mistake("summed_heads", "added the heads instead of concatenating them",
+                "Concat keeps every head's d_head numbers: the output has n_heads · d_head = d_model columns.",
+                (_merge_by_sum,)),
+        Mistake("averaged_heads", "averaged the heads instead of concatenating them",
+                "Concat keeps every head's d_head numbers: the output has n_heads · d_head = d_model columns.",
+                (_merge_by_mean,)),
+    ),
+    mutants=(
+        Mutant("reversed_heads", "puts the last head first", _merge_reversed_heads),
+        Mutant("concat_along_positions", "concatenates the heads along the positions", _merge_concat_positions),
+    ),
+)
+
+
+# --- 04.multi_head_forward ----------------------------------------------------------------------------------------------
+
+
+def reference_multi_head(x, context, w_q, w_k, w_v, w_o, n_heads, mask):
+    """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O with head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V);
+    queries from ``x``, keys and values from ``context``, ``mask`` broadcast over the heads."""
+    q, k, v = split_heads(x @ w_q, n_heads), split_heads(context @ w_k, n_heads), split_heads(context @ w_v, n_heads)
+    if mask is not None and mask.dim() >= 3:
+        mask = mask.unsqueeze(-3)  # (batch, query_pos, key_pos) -> (batch, 1, query_pos, key_pos)
+    return merge_heads(scaled_dot_product_attention(q, k, v, mask)[0]) @ w_o
+
+
+def _forward_cases(generator: torch.Generator) -> list[Case]:
+    def weights(d_model: int, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+        return {name: torch.randn(d_model, d_model, generator=generator, dtype=dtype) / math.sqrt(d_model)
+                for name in ("w_q", "w_k", "w_v", "w_o")}
+
+    def randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator, dtype=dtype)
+
+    x = randn(2, 5, 16)
+    padding = torch.tensor([[True] * 5 + [False] * 2, [True] * 7])[:, None, :].expand(2, 5, 7)
+    x4 = randn(4, 6, 16)
+    lengths = torch.tensor([6, 4, 2, 5])
+    pad4 = (torch.arange(6)[None, None, :] < lengths[:, None, None]).expand(4, 6, 6)
+    return [
+        Case.of(x=x, context=x, **weights(16), n_heads=4, mask=None, note="self-attention, 4 heads of 4"),
+        Case.of(x=x, context=x, **weights(16), n_heads=2, mask=torch.ones(5, 5, dtype=torch.bool).tril(),
+                note="a causal mask (query_pos, key_pos)"),
+        Case.of(x=randn(2, 5, 16), context=randn(2, 7, 16), **weights(16), n_heads=4, mask=padding,
+                note="cross-attention, 7 keys, a (batch, query_pos, key_pos) padding mask"),
+        Case.of(x=x4, context=x4, **weights(16), n_heads=4, mask=pad4,
+                note="batch = n_heads = 4 with a (batch, query_pos, key_pos) mask"),
+        Case.of(x=randn(1, 3, 12, dtype=torch.float64), context=randn(1, 3, 12, dtype=torch.float64),
+                **weights(12, torch.float64), n_heads=3, mask=None, note="float64, 3 heads of 4"),
+    ]
+
+
+def _with(*, scale=lambda d_model, d_head: math.sqrt(d_head), w_o=True, split=split_heads, merge=merge_heads,
+          broadcast_mask=True, keys_from_x=False):
+    """A learner's forward; each keyword reproduces one way of getting it wrong."""
+
+    def forward(x, context, w_q, w_k, w_v, w_o_, n_heads, mask):
+        source = x if keys_from_x else context
+        q, k, v = split(x @ w_q, n_heads), split(source @ w_k, n_heads), split(source @ w_v, n_heads)
+        scores = q @ k.transpose(-2, -1) / scale(x.shape[-1], x.shape[-1] // n_heads)
+        if mask is not None:
+            if broadcast_mask and mask.dim() >= 3:
+                mask = mask.unsqueeze(1)
+            scores = scores.masked_fill(~mask, float("-inf"))
+        z = torch.softmax(scores, dim=-1).nan_to_num(0.0) @ v
+        out = merge(z)
+        return out @ w_o_ if w_o else out
+
+    return forward
+
+
+MULTI_HEAD_FORWARD = Exercise(
+    id="04.multi_head_forward",
+    reference=reference_multi_head,
+    cases=_forward_cases,
+    points=2,
+    outputs=("the output",),
+    axes={"the output": "batch query_pos d_model"},
+    checked=(
+        "self-attention with 4 and 2 heads, a causal mask, cross-attention with a (batch, query_pos, key_pos) padding "
+        "mask, batch = n_heads with such a mask, and float64"
+    ),
+    hint=(
+        "project (x @ w_q, context @ w_k, context @ w_v), split each into heads, run chapter 03's attention per head "
+        "(scores / √d_head, the mask given a head axis with `mask.unsqueeze(1)` when it has three axes), merge the "
+        "heads, and multiply by w_o."
+    ),
+    mistakes=(
+        Mistake("scaled_by_sqrt_d_model", "divided the scores by √d_model instead of √d_head",
+                "Each head's dot products have d_head terms: divide by `math.sqrt(d_model // n_heads)`.",
+                (_with(scale=lambda d_model, d_head: math.sqrt(d_model)),)),
+        Mistake("forgot_w_o", "forgot the output projection W^O",
+                "MultiHead = Concat(head_1, …, head_h) W^O: multiply the merged heads by w_o.", (_with(w_o=False),)),
+        Mistake("mask_not_broadcast_over_heads", "applied a (batch, query_pos, key_pos) mask without a head axis",
+                "Against scores of shape (batch, n_heads, query_pos, key_pos) the mask's batch axis lines up with the "
+                "heads: it fails, or, when batch = n_heads, masks each head with another sequence's mask. Add the "
+                "head axis: `mask.unsqueeze(1)`.", (_with(broadcast_mask=False),)),
+        Mistake("reshape_without_transpose", "split or merged the heads with a reshape that skips the transpose",
+                "(batch, seq, d_model) -> view (batch, seq, n_heads, d_head) -> transpose(1, 2), and the reverse to "
+                "merge.", (_with(split=_split_without_transpose, merge=_merge_without_transpose),
+                           _with(split=_split_without_transpose), _with(merge=_merge_without_transpose))),
+        Mistake("heads_merged_in_the_wrong_order", "merged the heads in the wrong order",
+                "Concat puts whole heads side by side, head 1 first: transpose to (batch, seq, n_heads, d_head), then "
+                "reshape.", (_with(merge=_merge_d_head_outer),)),
+        Mistake("keys_from_the_queries", "took the keys and values from x instead of from context",
+                "In cross-attention the queries come from x, the keys and values from context: `context @ w_k`, "
+                "`context @ w_v`.", (_with(keys_from_x=True),)),
+    ),
+    mutants=(
+        Mutant("no_scaling", "divides the scores by nothing", _with(scale=lambda d_model, d_head: 1.0)),
+        Mutant("scaled_by_d_head", "divides by d_head instead of its square root", _with(scale=lambda d_model, d_head: d_head)),
+        Mutant("w_o_transposed", "multiplies by w_o.T", lambda x, c, q, k, v, o, h, m: reference_multi_head(x, c, q, k, v, o.T, h, m)),
+    ),
+)
+
+register(SPLIT_HEADS, MERGE_HEADS, MULTI_HEAD_FORWARD)
