@@ -191,6 +191,12 @@ for _change in (
     Change("one_head", "a single head of d_model = 64 instead of 4 heads of 16", model={"n_heads": 1}),
     Change("post_norm", "the paper's Norm(x + Sublayer(x)) instead of pre-norm", model={"placement": "post"}),
     Change("no_warmup", "the full learning rate from the first update", train={"warmup_steps": 0}),
+    Change("post_norm_long_warmup", "post-norm with 150 warm-up updates instead of 30",
+           model={"placement": "post"}, train={"warmup_steps": 150}),
+    Change("gelu", "exact GELU instead of ReLU in the feed-forward network", model={"activation": "gelu"}),
+    # int(8/3 · 64) = 170 hidden units: three matrices of 64 × 170 hold about as much as two of 64 × 256 (chapter 05)
+    Change("swiglu", "SwiGLU feed-forward with d_ff 170 (matched parameters) instead of ReLU with 256",
+           model={"activation": "swiglu", "d_ff": 170}),
 ):
     register_change(_change)
 

@@ -1,0 +1,134 @@
+"""Chapter 05's checks: answers written as learners write them, right and wrong (independently of the catalogue)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tutorial_lib.checks import check, get_exercise
+from tutorial_lib.feed_forward import FeedForward, SwiGLU
+
+
+def ffn_right(x, w1, b1, w2, b2, activation="relu", dropout=0.0, training=False, generator=None):
+    hidden = torch.addmm(b1, x.reshape(-1, x.shape[-1]), w1).reshape(*x.shape[:-1], -1)
+    hidden = hidden.clamp(min=0) if activation == "relu" else 0.5 * hidden * (1 + torch.erf(hidden / math.sqrt(2)))
+    if training:
+        keep = torch.rand(hidden.shape, generator=generator, dtype=hidden.dtype) >= dropout
+        hidden = torch.where(keep, hidden / (1 - dropout), torch.zeros_like(hidden))
+    return hidden @ w2 + b2
+
+
+def ffn_like(**wrong):
+    def feed_forward(x, w1, b1, w2, b2, activation="relu", dropout=0.0, training=False, generator=None):
+        act = F.relu if activation == "relu" or wrong.get("always_relu") else (
+            (lambda z: F.gelu(z, approximate="tanh")) if wrong.get("tanh") else F.gelu)
+        h = x @ w1 + b1
+        if not wrong.get("act_late"):
+            h = act(h)
+        if dropout and (training or wrong.get("eval_dropout")):
+            u = torch.rand(h.shape, generator=generator, dtype=h.dtype)
+            h = h * (u >= dropout) if wrong.get("no_rescale") else h * (u >= dropout) / (1.0 - dropout)
+        y = h @ w2 + b2
+        return act(y) if wrong.get("act_late") else y
+
+    return feed_forward
+
+
+def gelu_right(x):
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3))))
+
+
+def gelu_like(**wrong):
+    def gelu(x):
+        inner = (2 / math.pi if wrong.get("no_root") else math.sqrt(2 / math.pi)) * (
+            x + 0.044715 * (x * x if wrong.get("square") else x * x * x))
+        return (1.0 if wrong.get("no_half") else 0.5) * x * (1 + torch.tanh(inner))
+
+    return gelu
+
+
+def swiglu_right(x, w_gate, w_up, w_down):
+    a = x @ w_gate
+    return (a * torch.sigmoid(a) * (x @ w_up)) @ w_down
+
+
+def swiglu_like(**wrong):
+    def swiglu(x, w_gate, w_up, w_down):
+        g, u = (x @ w_up, x @ w_gate) if wrong.get("swap") else (x @ w_gate, x @ w_up)
+        act = wrong.get("act", F.silu)
+        if wrong.get("after"):
+            return act(g * u) @ w_down
+        return ((act(g) + u) if wrong.get("add") else act(g) * u) @ w_down
+
+    return swiglu
+
+
+def size_right(d_model, multiple_of):
+    hidden = 8 * d_model // 3
+    return -(-hidden // multiple_of) * multiple_of
+
+
+LEARNER_MISTAKES = [
+    ("05.feed_forward", ffn_like(act_late=True), "activation_after_second_linear"),
+    ("05.feed_forward", ffn_like(tanh=True), "tanh_gelu_for_exact"),
+    ("05.feed_forward", ffn_like(always_relu=True), "ignored_activation"),
+    ("05.feed_forward", ffn_like(eval_dropout=True), "dropout_at_evaluation"),
+    ("05.feed_forward", ffn_like(no_rescale=True), "dropout_not_rescaled"),
+    ("05.gelu_tanh", lambda x: x * 0.5 * (1 + torch.special.erf(x / 2**0.5)), "exact_gelu"),
+    ("05.gelu_tanh", gelu_like(no_half=True), "missing_half"),
+    ("05.gelu_tanh", gelu_like(square=True), "square_instead_of_cube"),
+    ("05.gelu_tanh", gelu_like(no_root=True), "no_square_root"),
+    ("05.gelu_tanh", lambda x: x / (1 + torch.exp(-1.702 * x)), "sigmoid_approximation"),
+    ("05.swiglu", swiglu_like(swap=True), "gate_on_wrong_branch"),
+    ("05.swiglu", swiglu_like(act=torch.sigmoid), "sigmoid_gate"),
+    ("05.swiglu", swiglu_like(act=F.relu), "relu_gate"),
+    ("05.swiglu", swiglu_like(after=True), "activation_after_product"),
+    ("05.swiglu", swiglu_like(add=True), "added_branches"),
+    ("05.swiglu_hidden_size", lambda d, m: -(-4 * d // m) * m, "kept_four_d_model"),
+    ("05.swiglu_hidden_size", lambda d, m: -(-(2 * d // 3) // m) * m, "two_thirds_of_d_model"),
+    ("05.swiglu_hidden_size", lambda d, m: (8 * d // 3) // m * m, "rounded_down"),
+    ("05.swiglu_hidden_size", lambda d, m: round(8 * d / 3 / m) * m, "rounded_to_nearest"),
+    ("05.swiglu_hidden_size", lambda d, m: 8 * d // 3, "not_rounded"),
+]
+
+
+@pytest.mark.parametrize(("exercise_id", "learner", "mistake"), LEARNER_MISTAKES,
+                         ids=[f"{e}-{m}" for e, _, m in LEARNER_MISTAKES])
+def test_a_learners_mistake_is_named(exercise_id, learner, mistake):
+    result = check(exercise_id, learner)
+    named = next(m for m in get_exercise(exercise_id).mistakes if m.name == mistake)
+    assert result.points == 0 and result.mistake == mistake, result.verdict
+    assert f"It looks like you {named.description}." in result.verdict
+
+
+def test_every_catalogued_mistake_has_a_learner_version_here():
+    exercises = ("05.feed_forward", "05.gelu_tanh", "05.swiglu", "05.swiglu_hidden_size")
+    catalogued = {(e, m.name) for e in exercises for m in get_exercise(e).mistakes}
+    assert catalogued == {(e, m) for e, _, m in LEARNER_MISTAKES}
+
+
+@pytest.mark.parametrize(("exercise_id", "answer"), [
+    ("05.feed_forward", ffn_right), ("05.feed_forward", ffn_like()), ("05.gelu_tanh", gelu_right),
+    ("05.gelu_tanh", gelu_like()), ("05.swiglu", swiglu_right), ("05.swiglu_hidden_size", size_right),
+])
+def test_a_correct_answer_written_differently_passes(exercise_id, answer):
+    assert check(exercise_id, answer).passed
+
+
+def test_the_references_are_the_package_modules_with_their_weights():
+    from tutorial_lib.checks.ch05 import reference_feed_forward, reference_swiglu, reference_swiglu_hidden_size
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 16)
+    ffn = FeedForward(16, 64, activation="gelu").eval()
+    expected = ffn(x)
+    got = reference_feed_forward(x, ffn.up.weight.T, ffn.up.bias, ffn.down.weight.T, ffn.down.bias, "gelu")
+    torch.testing.assert_close(got, expected)
+    swiglu = SwiGLU(16, reference_swiglu_hidden_size(16, 1))
+    assert swiglu.gate.out_features == 42
+    got = reference_swiglu(x, swiglu.gate.weight.T, swiglu.up.weight.T, swiglu.down.weight.T)
+    torch.testing.assert_close(got, swiglu(x))
+    assert reference_swiglu_hidden_size(4096, 256) == 11008 and reference_swiglu_hidden_size(5120, 256) == 13824

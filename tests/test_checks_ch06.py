@@ -1,0 +1,108 @@
+"""Chapter 06's checks: answers written as learners write them, right and wrong (independently of the catalogue)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tutorial_lib.checks import check, get_exercise
+from tutorial_lib.normalization import LayerNorm, RMSNorm
+
+
+def layer_norm_right(x, weight, bias, eps):
+    centred = x - x.mean(dim=-1, keepdim=True)
+    return centred * torch.rsqrt(centred.pow(2).mean(dim=-1, keepdim=True) + eps) * weight + bias
+
+
+def layer_norm_like(**wrong):
+    def layer_norm(x, weight, bias, eps):
+        axis = wrong.get("axis", -1)
+        mu = torch.mean(x, axis, keepdim=True)
+        sigma = torch.std(x, axis, keepdim=True) if wrong.get("torch_std") else torch.sqrt(
+            torch.var(x, axis, keepdim=True, correction=1 if wrong.get("unbiased") else 0) + eps)
+        out = (x - mu) / (sigma + eps if wrong.get("torch_std") else sigma)
+        if wrong.get("eps_outside"):
+            out = (x - mu) / (torch.var(x, axis, keepdim=True, correction=0).sqrt() + eps)
+        return out if wrong.get("no_affine") else weight * out + bias
+
+    return layer_norm
+
+
+def rms_right(x, weight, eps):
+    return weight * x * torch.rsqrt(torch.mean(x * x, dim=-1, keepdim=True) + eps)
+
+
+def rms_like(**wrong):
+    def rms_norm(x, weight, eps):
+        axis = wrong.get("axis", -1)
+        if wrong.get("centre"):
+            x = x - x.mean(axis, keepdim=True)
+        if wrong.get("l2"):
+            return weight * x / torch.sqrt(torch.sum(x * x, axis, keepdim=True) + eps)
+        ms = torch.mean(x * x, axis, keepdim=True)
+        y = x / (torch.sqrt(ms) + eps) if wrong.get("eps_outside") else x / torch.sqrt(ms + eps)
+        return y if wrong.get("no_weight") else y * weight
+
+    return rms_norm
+
+
+def residual_right(x, norm, sublayer):
+    h = norm(x)
+    return sublayer(h) + x
+
+
+LEARNER_MISTAKES = [
+    ("06.layer_norm", layer_norm_like(unbiased=True), "unbiased_variance"),
+    ("06.layer_norm", layer_norm_like(eps_outside=True), "eps_outside_root"),
+    ("06.layer_norm", layer_norm_like(torch_std=True), "unbiased_std_eps_outside"),
+    ("06.layer_norm", layer_norm_like(axis=0), "wrong_axis"),
+    ("06.layer_norm", layer_norm_like(no_affine=True), "forgot_affine"),
+    ("06.rms_norm", rms_like(centre=True), "subtracted_mean"),
+    ("06.rms_norm", rms_like(eps_outside=True), "eps_outside_root"),
+    ("06.rms_norm", rms_like(l2=True), "sum_instead_of_mean"),
+    ("06.rms_norm", rms_like(axis=-2), "wrong_axis"),
+    ("06.rms_norm", rms_like(no_weight=True), "forgot_weight"),
+    ("06.pre_norm_residual", lambda x, norm, f: norm(f(x) + x), "post_norm"),
+    ("06.pre_norm_residual", lambda x, norm, f: (lambda h: h + f(h))(norm(x)), "normalized_the_stream"),
+    ("06.pre_norm_residual", lambda x, norm, f: f(norm(x)), "no_residual"),
+    ("06.pre_norm_residual", lambda x, norm, f: norm(f(x)) + x, "norm_after_sublayer"),
+    ("06.pre_norm_residual", lambda x, norm, f: f(x) + x, "no_norm"),
+]
+
+
+@pytest.mark.parametrize(("exercise_id", "learner", "mistake"), LEARNER_MISTAKES,
+                         ids=[f"{e}-{m}" for e, _, m in LEARNER_MISTAKES])
+def test_a_learners_mistake_is_named(exercise_id, learner, mistake):
+    result = check(exercise_id, learner)
+    named = next(m for m in get_exercise(exercise_id).mistakes if m.name == mistake)
+    assert result.points == 0 and result.mistake == mistake, result.verdict
+    assert f"It looks like you {named.description}." in result.verdict
+
+
+def test_every_catalogued_mistake_has_a_learner_version_here():
+    exercises = ("06.layer_norm", "06.rms_norm", "06.pre_norm_residual")
+    catalogued = {(e, m.name) for e in exercises for m in get_exercise(e).mistakes}
+    assert catalogued == {(e, m) for e, _, m in LEARNER_MISTAKES}
+
+
+@pytest.mark.parametrize(("exercise_id", "answer"), [
+    ("06.layer_norm", layer_norm_right), ("06.layer_norm", layer_norm_like()), ("06.rms_norm", rms_right),
+    ("06.rms_norm", rms_like()), ("06.pre_norm_residual", residual_right),
+])
+def test_a_correct_answer_written_differently_passes(exercise_id, answer):
+    assert check(exercise_id, answer).passed
+
+
+def test_the_references_are_the_package_modules():
+    from tutorial_lib.checks.ch06 import reference_layer_norm, reference_rms_norm
+
+    torch.manual_seed(0)
+    x = 2 * torch.randn(3, 5, 16) + 1
+    layer_norm, rms_norm = LayerNorm(16), RMSNorm(16)
+    with torch.no_grad():
+        for p in (*layer_norm.parameters(), *rms_norm.parameters()):
+            p.normal_(1.0, 0.3)
+    torch.testing.assert_close(reference_layer_norm(x, layer_norm.weight, layer_norm.bias, 1e-5), layer_norm(x))
+    torch.testing.assert_close(reference_rms_norm(x, rms_norm.weight, 1e-6), rms_norm(x))
+    torch.testing.assert_close(rms_norm(x), F.rms_norm(x, (16,), rms_norm.weight, 1e-6))

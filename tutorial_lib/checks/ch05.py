@@ -1,0 +1,351 @@
+"""Chapter 05's exercises: the position-wise feed-forward network, GELU's tanh form, SwiGLU and its hidden size.
+
+- ``05.feed_forward`` is Eq. (2) with weights given as matrices (``x @ w1 + b1``), ReLU or exact GELU, and dropout on
+  the hidden layer drawn from the case's generator; cases with ``training=False`` and a dropout rate check that
+  evaluation applies none.
+- ``05.gelu_tanh`` is GPT-2's approximation, compared in float64 so that the exact GELU (a few 1e-4 away) fails.
+- ``05.swiglu`` is LLaMA's gated feed-forward without biases.
+- ``05.swiglu_hidden_size`` is LLaMA's ``d_ff``: two thirds of 4·d_model, rounded *up* to a multiple.
+
+As in ``ch03``, the mistakes are written the way a learner would write them and carry no annotations.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
+
+# --- 05.feed_forward ----------------------------------------------------------------------------------------------------
+
+
+def reference_feed_forward(x, w1, b1, w2, b2, activation="relu", dropout=0.0, training=False, generator=None):
+    """act(x W1 + b1) W2 + b2; in training, each hidden unit kept where ``rand >= dropout`` and rescaled by 1/(1 - p)."""
+    if activation not in ("relu", "gelu"):
+        raise ValueError(f"activation must be 'relu' or 'gelu', got {activation!r}")
+    hidden = F.relu(x @ w1 + b1) if activation == "relu" else F.gelu(x @ w1 + b1)
+    if training and dropout > 0:
+        keep = torch.rand(hidden.shape, generator=generator, dtype=hidden.dtype) >= dropout
+        hidden = hidden * keep / (1 - dropout)
+    return hidden @ w2 + b2
+
+
+def _ffn_cases(generator: torch.Generator) -> list[Case]:
+    def weights(d_model: int, d_ff: int, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+        return {
+            "w1": torch.randn(d_model, d_ff, generator=generator, dtype=dtype) / math.sqrt(d_model),
+            "b1": torch.randn(d_ff, generator=generator, dtype=dtype) * 0.5,
+            "w2": torch.randn(d_ff, d_model, generator=generator, dtype=dtype) / math.sqrt(d_ff),
+            "b2": torch.randn(d_model, generator=generator, dtype=dtype) * 0.5,
+        }
+
+    def randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator, dtype=dtype)
+
+    def seeded(seed: int) -> torch.Generator:
+        return torch.Generator().manual_seed(seed)
+
+    return [
+        Case.of(x=randn(2, 5, 8), **weights(8, 32), activation="relu", dropout=0.0, training=False, generator=None,
+                note="ReLU, the paper's"),
+        Case.of(x=randn(3, 8), **weights(8, 24), activation="gelu", dropout=0.0, training=False, generator=None,
+                note="exact GELU, GPT's"),
+        Case.of(x=randn(2, 4, 8), **weights(8, 32), activation="relu", dropout=0.1, training=False,
+                generator=seeded(1), note="evaluation: no dropout"),
+        Case.of(x=randn(2, 4, 8), **weights(8, 32), activation="relu", dropout=0.5, training=True,
+                generator=seeded(2), note="training with dropout 0.5"),
+        Case.of(x=randn(1, 3, 6, dtype=torch.float64), **weights(6, 12, torch.float64), activation="gelu",
+                dropout=0.25, training=True, generator=seeded(3), note="float64, training with dropout 0.25"),
+    ]
+
+
+def _ffn_like(*, activation_at="hidden", gelu="exact", use_name=True, dropout_when="training", rescale=True):
+    """A learner's FFN; each keyword reproduces one way of getting it wrong."""
+
+    def act(z, activation):
+        if activation == "relu" or not use_name:
+            return torch.relu(z)
+        return F.gelu(z) if gelu == "exact" else F.gelu(z, approximate="tanh")
+
+    def feed_forward(x, w1, b1, w2, b2, activation="relu", dropout=0.0, training=False, generator=None):
+        h = x @ w1 + b1
+        if activation_at in ("hidden", "both"):
+            h = act(h, activation)
+        if dropout > 0 and (training or dropout_when == "always"):
+            mask = (torch.rand(h.shape, generator=generator, dtype=h.dtype) >= dropout).to(h.dtype)
+            h = h * mask / (1 - dropout) if rescale else h * mask
+        out = h @ w2 + b2
+        if activation_at in ("output", "both"):
+            out = act(out, activation)
+        return out
+
+    return feed_forward
+
+
+def _ffn_dropout_on_output(x, w1, b1, w2, b2, activation="relu", dropout=0.0, training=False, generator=None):
+    out = reference_feed_forward(x, w1, b1, w2, b2, activation)
+    if training and dropout > 0:
+        out = out * (torch.rand(out.shape, generator=generator, dtype=out.dtype) >= dropout) / (1 - dropout)
+    return out
+
+
+def _ffn_keep_below_p(x, w1, b1, w2, b2, activation="relu", dropout=0.0, training=False, generator=None):
+    hidden = F.relu(x @ w1 + b1) if activation == "relu" else F.gelu(x @ w1 + b1)
+    if training and dropout > 0:
+        hidden = hidden * (torch.rand(hidden.shape, generator=generator, dtype=hidden.dtype) < dropout) / (1 - dropout)
+    return hidden @ w2 + b2
+
+
+def _ffn_no_biases(x, w1, b1, w2, b2, activation="relu", dropout=0.0, training=False, generator=None):
+    return reference_feed_forward(x, w1, torch.zeros_like(b1), w2, torch.zeros_like(b2), activation, dropout, training,
+                                  generator)
+
+
+FEED_FORWARD = Exercise(
+    id="05.feed_forward",
+    reference=reference_feed_forward,
+    cases=_ffn_cases,
+    points=2,
+    outputs=("the output",),
+    axes={"the output": "d_model"},
+    checked=(
+        "ReLU and exact GELU without dropout, evaluation with a dropout rate (no dropout), training with dropout 0.5 "
+        "and 0.25 (float64), the keep mask drawn from the generator"
+    ),
+    hint=(
+        "hidden = act(x @ w1 + b1) with act = `torch.relu` or the exact `F.gelu`; in training only, keep each hidden "
+        "unit where `torch.rand(hidden.shape, generator=generator, dtype=hidden.dtype) >= dropout` and divide by "
+        "1 - dropout; then hidden @ w2 + b2, with no activation after it."
+    ),
+    mistakes=(
+        Mistake("activation_after_second_linear", "applied the activation after the second linear layer",
+                "Eq. (2) is max(0, x W1 + b1) W2 + b2: the nonlinearity sits between the two layers, and the output "
+                "goes back into the residual stream unbounded, negative values included.",
+                (_ffn_like(activation_at="output"), _ffn_like(activation_at="both"))),
+        Mistake("tanh_gelu_for_exact", "used GELU's tanh approximation where the exact GELU was asked for",
+                "`F.gelu(z)` is the exact x·Φ(x); `approximate='tanh'` is GPT-2's approximation, a few 1e-4 away.",
+                (_ffn_like(gelu="tanh"),)),
+        Mistake("ignored_activation", "used ReLU whatever `activation` says",
+                "Read the argument: 'relu' → `torch.relu`, 'gelu' → `F.gelu`.", (_ffn_like(use_name=False),)),
+        Mistake("dropout_at_evaluation", "applied dropout at evaluation",
+                "Dropout is a training-time regulariser: when `training` is False the hidden layer passes unchanged "
+                "(what `model.eval()` switches off in `nn.Dropout`).", (_ffn_like(dropout_when="always"),)),
+        Mistake("dropout_not_rescaled", "dropped hidden units without rescaling the ones kept",
+                "Divide the kept units by 1 - dropout, so that the expected value in training equals the value at "
+                "evaluation (inverted dropout).", (_ffn_like(rescale=False),)),
+    ),
+    mutants=(
+        Mutant("dropout_on_output", "drops units of the output instead of the hidden layer", _ffn_dropout_on_output),
+        Mutant("keeps_below_p", "keeps the units where rand < p, a keep rate of p", _ffn_keep_below_p),
+        Mutant("no_biases", "leaves out b1 and b2", _ffn_no_biases),
+    ),
+)
+
+
+# --- 05.gelu_tanh -------------------------------------------------------------------------------------------------------
+
+
+def reference_gelu_tanh(x):
+    """GELU(x) ≈ 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³))) (Hendrycks and Gimpel, 2016; GPT-2)."""
+    return F.gelu(x, approximate="tanh")
+
+
+def _gelu_cases(generator: torch.Generator) -> list[Case]:
+    return [
+        Case.of(x=torch.linspace(-6, 6, 121, dtype=torch.float64), note="a grid from -6 to 6"),
+        Case.of(x=torch.randn(3, 4, 8, generator=generator, dtype=torch.float64), note="a batch of activations"),
+        Case.of(x=torch.tensor([-30.0, -8.0, 0.0, 8.0, 30.0], dtype=torch.float64), note="large inputs"),
+        Case.of(x=torch.randn(2, 16, generator=generator), note="float32"),
+    ]
+
+
+def _gelu_with(*, half=0.5, coefficient=0.044715, power=3, root=True):
+    def gelu_tanh(x):
+        c = math.sqrt(2 / math.pi) if root else 2 / math.pi
+        return half * x * (1 + torch.tanh(c * (x + coefficient * x**power)))
+
+    return gelu_tanh
+
+
+def _gelu_exact(x):
+    return 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
+
+
+def _gelu_sigmoid(x):
+    return x * torch.sigmoid(1.702 * x)
+
+
+GELU_TANH = Exercise(
+    id="05.gelu_tanh",
+    reference=reference_gelu_tanh,
+    cases=_gelu_cases,
+    points=1,
+    outputs=("GELU(x)",),
+    checked="a grid from -6 to 6, random activations and large inputs in float64, and float32",
+    tolerance=(1e-7, 1e-9),
+    hint="0.5 · x · (1 + tanh(√(2/π) · (x + 0.044715 · x³))), elementwise: `math.sqrt(2 / math.pi)`, `torch.tanh`, `x ** 3`.",
+    mistakes=(
+        Mistake("exact_gelu", "computed the exact GELU (with erf) instead of the tanh approximation",
+                "The exact GELU is 0.5·x·(1 + erf(x/√2)); GPT-2's form replaces erf by "
+                "tanh(√(2/π)·(x + 0.044715·x³)), a few 1e-4 away, and it is what GPT-2's weights were trained with.",
+                (_gelu_exact, F.gelu)),
+        Mistake("missing_half", "left out the factor 0.5",
+                "1 + tanh(…) runs from 0 to 2: the 0.5 makes it a gate from 0 to 1, so that GELU(x) ≈ x for large x.",
+                (_gelu_with(half=1.0),)),
+        Mistake("square_instead_of_cube", "used x² where the formula has x³",
+                "The correction term is 0.044715·x³ (odd, like the rest of the argument of tanh).",
+                (_gelu_with(power=2),)),
+        Mistake("no_square_root", "used 2/π where the formula has √(2/π)",
+                "The constant is `math.sqrt(2 / math.pi)` ≈ 0.7979.", (_gelu_with(root=False),)),
+        Mistake("sigmoid_approximation", "used the sigmoid approximation x·σ(1.702x)",
+                "That is GELU's other approximation (and SiLU's shape); the exercise asks for the tanh form.",
+                (_gelu_sigmoid,)),
+    ),
+    mutants=(
+        Mutant("no_cubic_term", "leaves out 0.044715·x³", _gelu_with(coefficient=0.0)),
+        Mutant("rounded_coefficient", "uses 0.0447 for 0.044715", _gelu_with(coefficient=0.0447)),
+    ),
+)
+
+
+# --- 05.swiglu ----------------------------------------------------------------------------------------------------------
+
+
+def reference_swiglu(x, w_gate, w_up, w_down):
+    """SwiGLU(x) = (SiLU(x W_gate) ⊙ x W_up) W_down (Shazeer 2020; LLaMA's feed-forward)."""
+    return (F.silu(x @ w_gate) * (x @ w_up)) @ w_down
+
+
+def _swiglu_cases(generator: torch.Generator) -> list[Case]:
+    def weights(d_model: int, d_ff: int, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+        return {
+            "w_gate": torch.randn(d_model, d_ff, generator=generator, dtype=dtype) / math.sqrt(d_model),
+            "w_up": torch.randn(d_model, d_ff, generator=generator, dtype=dtype) / math.sqrt(d_model),
+            "w_down": torch.randn(d_ff, d_model, generator=generator, dtype=dtype) / math.sqrt(d_ff),
+        }
+
+    return [
+        Case.of(x=torch.randn(2, 5, 12, generator=generator), **weights(12, 32), note="d_ff = 8/3 · d_model"),
+        Case.of(x=torch.randn(3, 8, generator=generator) * 3, **weights(8, 8), note="d_ff = d_model, large inputs"),
+        Case.of(x=torch.randn(1, 4, 6, generator=generator, dtype=torch.float64), **weights(6, 16, torch.float64),
+                note="float64"),
+    ]
+
+
+def _swiglu_like(*, gate=F.silu, branch="gate", combine="product", order="inside"):
+    """A learner's SwiGLU; each keyword reproduces one way of getting it wrong."""
+
+    def swiglu(x, w_gate, w_up, w_down):
+        a, b = (x @ w_gate, x @ w_up) if branch == "gate" else (x @ w_up, x @ w_gate)
+        if order == "outside":
+            return gate(a * b) @ w_down
+        return (gate(a) * b if combine == "product" else gate(a) + b) @ w_down
+
+    return swiglu
+
+
+SWIGLU = Exercise(
+    id="05.swiglu",
+    reference=reference_swiglu,
+    cases=_swiglu_cases,
+    points=1,
+    outputs=("the output",),
+    axes={"the output": "d_model"},
+    checked="d_ff = 8/3 · d_model, d_ff = d_model with large inputs, and float64",
+    hint="two projections of the same x: SiLU on x @ w_gate, times x @ w_up elementwise, then @ w_down.",
+    mistakes=(
+        Mistake("gate_on_wrong_branch", "applied SiLU to x @ w_up instead of x @ w_gate",
+                "The gate is the branch that goes through SiLU: `F.silu(x @ w_gate) * (x @ w_up)`. The two branches "
+                "are not interchangeable once weights are loaded from a trained model.",
+                (_swiglu_like(branch="up"),)),
+        Mistake("sigmoid_gate", "gated with a sigmoid instead of SiLU",
+                "σ(a)·b is the original GLU; Swi-GLU uses Swish = SiLU: a·σ(a).", (_swiglu_like(gate=torch.sigmoid),)),
+        Mistake("relu_gate", "gated with ReLU instead of SiLU",
+                "ReLU(a)·b is ReGLU; SwiGLU uses SiLU(a) = a·σ(a), smooth and slightly negative below zero.",
+                (_swiglu_like(gate=torch.relu),)),
+        Mistake("activation_after_product", "applied SiLU to the product of the two branches",
+                "Only the gate branch goes through SiLU, before the product: SiLU(x W_gate) ⊙ (x W_up).",
+                (_swiglu_like(order="outside"),)),
+        Mistake("added_branches", "added the two branches instead of multiplying them",
+                "The gate multiplies the other branch elementwise (⊙): it decides how much of each unit passes.",
+                (_swiglu_like(combine="sum"),)),
+    ),
+    mutants=(
+        Mutant("gelu_gate", "gates with GELU (GEGLU)", _swiglu_like(gate=F.gelu)),
+        Mutant("silu_on_both", "applies SiLU to both branches", lambda x, g, u, d: (F.silu(x @ g) * F.silu(x @ u)) @ d),
+    ),
+)
+
+
+# --- 05.swiglu_hidden_size ----------------------------------------------------------------------------------------------
+
+
+def reference_swiglu_hidden_size(d_model, multiple_of):
+    """LLaMA's d_ff: ⌊2/3 · 4·d_model⌋, rounded up to a multiple of ``multiple_of`` (11,008 for d_model 4,096)."""
+    hidden = int(2 * (4 * d_model) / 3)
+    return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
+
+
+def _size_cases(generator: torch.Generator) -> list[Case]:
+    return [
+        Case.of(d_model=4096, multiple_of=256, note="LLaMA 7B"),
+        Case.of(d_model=5120, multiple_of=256, note="LLaMA 13B"),
+        Case.of(d_model=512, multiple_of=64),
+        Case.of(d_model=96, multiple_of=32, note="two thirds of 4 · 96 is already a multiple of 32"),
+        Case.of(d_model=64, multiple_of=1, note="no rounding"),
+    ]
+
+
+def _size_like(*, factor=lambda d: int(2 * (4 * d) / 3), rounding="up"):
+    def swiglu_hidden_size(d_model, multiple_of):
+        hidden = factor(d_model)
+        if rounding == "up":
+            return multiple_of * math.ceil(hidden / multiple_of)
+        if rounding == "down":
+            return multiple_of * (hidden // multiple_of)
+        if rounding == "nearest":
+            return multiple_of * round(hidden / multiple_of)
+        return hidden
+
+    return swiglu_hidden_size
+
+
+SWIGLU_HIDDEN_SIZE = Exercise(
+    id="05.swiglu_hidden_size",
+    reference=reference_swiglu_hidden_size,
+    cases=_size_cases,
+    points=1,
+    outputs=("d_ff",),
+    checked="LLaMA 7B and 13B (11,008 and 13,824), d_model 512 and 96, and multiple_of 1",
+    hint=(
+        "start from the plain FFN's 4 · d_model, take two thirds (`int(2 * 4 * d_model / 3)`: three matrices instead "
+        "of two), then round up: `multiple_of * math.ceil(hidden / multiple_of)`."
+    ),
+    mistakes=(
+        Mistake("kept_four_d_model", "kept the plain FFN's 4 · d_model",
+                "SwiGLU has three matrices instead of two: with 4 · d_model it has 1.5x the parameters. Take two thirds "
+                "of it.", (_size_like(factor=lambda d: 4 * d),)),
+        Mistake("two_thirds_of_d_model", "took two thirds of d_model instead of two thirds of 4 · d_model",
+                "The starting point is the plain FFN's hidden size 4 · d_model: int(2 · 4 · d_model / 3).",
+                (_size_like(factor=lambda d: int(2 * d / 3)),)),
+        Mistake("rounded_down", "rounded down to the multiple",
+                "Round up, so that the FFN never has fewer units than two thirds of 4 · d_model: "
+                "`math.ceil(hidden / multiple_of)`.", (_size_like(rounding="down"),)),
+        Mistake("rounded_to_nearest", "rounded to the nearest multiple",
+                "LLaMA rounds up: `math.ceil(hidden / multiple_of)` (for d_model 512, 1,365 → 1,408, not 1,344).",
+                (_size_like(rounding="nearest"), _size_like(factor=lambda d: 8 * d / 3, rounding="nearest"))),
+        Mistake("not_rounded", "did not round to a multiple of multiple_of",
+                "The hidden size is rounded up to a multiple of `multiple_of` (256 in LLaMA) so that the matrices "
+                "tile well on the hardware.", (_size_like(rounding="none"),)),
+    ),
+    mutants=(
+        Mutant("off_by_one", "adds 1 to the hidden size before rounding", _size_like(factor=lambda d: int(8 * d / 3) + 1, rounding="up")),
+        Mutant("rounded_eight_thirds", "rounds 8/3 · d_model to nearest instead of down",
+               _size_like(factor=lambda d: round(8 * d / 3))),
+    ),
+)
+
+register(FEED_FORWARD, GELU_TANH, SWIGLU, SWIGLU_HIDDEN_SIZE)

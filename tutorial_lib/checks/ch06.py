@@ -1,0 +1,263 @@
+"""Chapter 06's exercises: LayerNorm and RMSNorm from scratch, and the pre-norm residual block.
+
+- ``06.layer_norm`` and ``06.rms_norm`` are compared with PyTorch's functions. The cases that tell the near misses
+  apart: a width of 4 (where the unbiased variance is a third larger) with ε = 0.1 (where ε inside or outside the
+  root differ by a lot), a nearly constant row (standard deviation 1e-3, below √ε), and ``batch == d_model`` so that
+  statistics over the wrong axis keep every shape.
+- ``06.pre_norm_residual`` takes the norm and the sublayer as modules and must return x + Sublayer(Norm(x)).
+
+As in ``ch03``, the mistakes are written the way a learner would write them and carry no annotations.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
+
+# --- 06.layer_norm ------------------------------------------------------------------------------------------------------
+
+
+def reference_layer_norm(x, weight, bias, eps):
+    """(x - mean) / sqrt(var + eps) * weight + bias over the last axis, with the biased variance (PyTorch's)."""
+    return F.layer_norm(x, weight.shape, weight, bias, eps)
+
+
+def _norm_cases(generator: torch.Generator, *, with_bias: bool) -> list[Case]:
+    def randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator, dtype=dtype)
+
+    def affine(d: int, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+        params = {"weight": 1 + 0.5 * randn(d, dtype=dtype)}
+        if with_bias:
+            params["bias"] = 0.5 * randn(d, dtype=dtype)
+        return params
+
+    nearly_constant = 2.0 + 1e-3 * randn(2, 3, 6, dtype=torch.float64)
+    return [
+        Case.of(x=3 * randn(2, 5, 8) + 1, **affine(8), eps=1e-5, note="d_model 8"),
+        Case.of(x=2 * randn(3, 4) - 1, **affine(4), eps=0.1, note="d_model 4 and ε = 0.1"),
+        Case.of(x=nearly_constant, **affine(6, torch.float64), eps=1e-5,
+                note="float64, nearly constant rows: standard deviation 1e-3, below √ε"),
+        Case.of(x=randn(4, 4) + 0.5, **affine(4), eps=1e-5, note="batch = d_model"),
+    ]
+
+
+def _layer_norm_like(*, unbiased=False, eps_outside=False, dim=-1, affine=True):
+    """A learner's LayerNorm; each keyword reproduces one way of getting it wrong."""
+
+    def layer_norm(x, weight, bias, eps):
+        mean = x.mean(dim=dim, keepdim=True)
+        var = x.var(dim=dim, keepdim=True, unbiased=unbiased)
+        x_hat = (x - mean) / (var.sqrt() + eps) if eps_outside else (x - mean) / torch.sqrt(var + eps)
+        return x_hat * weight + bias if affine else x_hat
+
+    return layer_norm
+
+
+def _layer_norm_no_eps(x, weight, bias, eps):
+    return (x - x.mean(-1, keepdim=True)) / x.std(-1, keepdim=True, unbiased=False) * weight + bias
+
+
+def _layer_norm_by_variance(x, weight, bias, eps):
+    return (x - x.mean(-1, keepdim=True)) / (x.var(-1, keepdim=True, unbiased=False) + eps) * weight + bias
+
+
+def _layer_norm_weight_only(x, weight, bias, eps):
+    return F.layer_norm(x, weight.shape, weight, None, eps)
+
+
+LAYER_NORM = Exercise(
+    id="06.layer_norm",
+    reference=reference_layer_norm,
+    cases=lambda generator: _norm_cases(generator, with_bias=True),
+    points=1,
+    outputs=("the normalized x",),
+    axes={"the normalized x": "d_model"},
+    tolerance=(1e-5, 1e-5),
+    checked=(
+        "d_model 8 and 4 (with ε = 0.1), nearly constant rows in float64 and batch = d_model, against F.layer_norm"
+    ),
+    hint=(
+        "over the last axis: mean = x.mean(-1, keepdim=True), var = ((x - mean) ** 2).mean(-1, keepdim=True) (the "
+        "biased variance, divided by d_model), then (x - mean) / torch.sqrt(var + eps) * weight + bias."
+    ),
+    mistakes=(
+        Mistake("unbiased_variance", "used the unbiased variance (divided by d_model - 1)",
+                "LayerNorm divides by d_model: `x.var(-1, unbiased=False)` or `((x - mean) ** 2).mean(-1)`. "
+                "`torch.var` and `torch.std` are unbiased by default.", (_layer_norm_like(unbiased=True),)),
+        Mistake("eps_outside_root", "added ε to the standard deviation instead of to the variance",
+                "ε goes inside the square root: `torch.sqrt(var + eps)`. Outside, it is a different function, far "
+                "from PyTorch's when the variance is small.", (_layer_norm_like(eps_outside=True),)),
+        Mistake("unbiased_std_eps_outside", "used the unbiased standard deviation with ε added outside the root",
+                "That is a popular tutorial's LayerNorm, `(x - mean) / (x.std(-1) + eps)`, not PyTorch's: use the "
+                "biased variance and put ε inside the root, `torch.sqrt(var + eps)`.",
+                (_layer_norm_like(unbiased=True, eps_outside=True),)),
+        Mistake("wrong_axis", "computed the statistics over another axis than the last",
+                "LayerNorm normalizes each position's d_model features: `dim=-1`. Over the batch (or the positions) "
+                "it would be a batch norm.", (_layer_norm_like(dim=0), _layer_norm_like(dim=-2))),
+        Mistake("forgot_affine", "left out the learned scale and shift (γ and β)",
+                "Multiply by `weight` and add `bias` after normalizing: they let the model undo the normalization "
+                "where it needs to.", (_layer_norm_like(affine=False),)),
+    ),
+    mutants=(
+        Mutant("no_eps", "divides by the standard deviation without ε", _layer_norm_no_eps),
+        Mutant("divided_by_variance", "divides by the variance instead of the standard deviation", _layer_norm_by_variance),
+        Mutant("weight_only", "leaves out the bias", _layer_norm_weight_only),
+    ),
+)
+
+
+# --- 06.rms_norm --------------------------------------------------------------------------------------------------------
+
+
+def reference_rms_norm(x, weight, eps):
+    """x / sqrt(mean(x²) + eps) * weight over the last axis (PyTorch's F.rms_norm)."""
+    return F.rms_norm(x, weight.shape, weight, eps)
+
+
+def _rms_norm_like(*, centre=False, eps_outside=False, dim=-1, scale=True, statistic="mean square"):
+    """A learner's RMSNorm; each keyword reproduces one way of getting it wrong."""
+
+    def rms_norm(x, weight, eps):
+        if centre:
+            x = x - x.mean(dim=dim, keepdim=True)
+        square = x.pow(2).mean(dim=dim, keepdim=True) if statistic == "mean square" else x.pow(2).sum(dim=dim, keepdim=True)
+        y = x / (square.sqrt() + eps) if eps_outside else x / torch.sqrt(square + eps)
+        return y * weight if scale else y
+
+    return rms_norm
+
+
+def _rms_by_l2_normalize(x, weight, eps):
+    return F.normalize(x, dim=-1, eps=eps) * weight
+
+
+def _rms_mean_absolute(x, weight, eps):
+    return x / (x.abs().mean(-1, keepdim=True) + eps) * weight
+
+
+def _rms_no_eps(x, weight, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True)) * weight
+
+
+RMS_NORM = Exercise(
+    id="06.rms_norm",
+    reference=reference_rms_norm,
+    cases=lambda generator: _norm_cases(generator, with_bias=False),
+    points=1,
+    outputs=("the normalized x",),
+    axes={"the normalized x": "d_model"},
+    tolerance=(1e-5, 1e-5),
+    checked="d_model 8 and 4 (with ε = 0.1), nearly constant rows in float64 and batch = d_model, against F.rms_norm",
+    hint="over the last axis, no mean subtracted: x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight.",
+    mistakes=(
+        Mistake("subtracted_mean", "subtracted the mean, as LayerNorm does",
+                "RMSNorm does not re-centre: divide x itself by its root mean square. (On nearly constant rows the "
+                "difference is everything: the mean is most of the vector.)",
+                (_rms_norm_like(centre=True),)),
+        Mistake("eps_outside_root", "added ε to the root mean square instead of inside the root",
+                "ε goes inside: `torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)`.",
+                (_rms_norm_like(eps_outside=True),)),
+        Mistake("sum_instead_of_mean", "divided by the L2 norm (the root of the sum of squares) instead of the root mean square",
+                "The root *mean* square divides the sum of squares by d_model, so that each normalized feature is "
+                "about 1 in size; the L2 norm makes the whole vector length 1.",
+                (_rms_norm_like(statistic="sum"), _rms_by_l2_normalize)),
+        Mistake("wrong_axis", "computed the root mean square over another axis than the last",
+                "Each position's d_model features are normalized together: `dim=-1`.",
+                (_rms_norm_like(dim=0), _rms_norm_like(dim=-2))),
+        Mistake("forgot_weight", "left out the learned scale (weight)",
+                "Multiply the normalized x by `weight`.", (_rms_norm_like(scale=False),)),
+    ),
+    mutants=(
+        Mutant("mean_absolute", "divides by the mean absolute value", _rms_mean_absolute),
+        Mutant("no_eps", "leaves ε out", _rms_no_eps),
+    ),
+)
+
+
+# --- 06.pre_norm_residual -----------------------------------------------------------------------------------------------
+
+
+def reference_pre_norm_residual(x, norm, sublayer):
+    """x + Sublayer(Norm(x)): the pre-norm residual connection (GPT-2 on)."""
+    return x + sublayer(norm(x))
+
+
+def _residual_cases(generator: torch.Generator) -> list[Case]:
+    def modules(d: int, dtype: torch.dtype = torch.float32) -> dict[str, nn.Module]:
+        norm = nn.LayerNorm(d, dtype=dtype)
+        sublayer = nn.Sequential(nn.Linear(d, 4 * d, dtype=dtype), nn.ReLU(), nn.Linear(4 * d, d, dtype=dtype))
+        with torch.no_grad():
+            for module in (norm, sublayer):
+                for p in module.parameters():
+                    p.copy_(0.5 * torch.randn(p.shape, generator=generator, dtype=dtype) + (1.0 if p.dim() == 1 and module is norm else 0.0))
+        return {"norm": norm.eval(), "sublayer": sublayer.eval()}
+
+    return [
+        Case.of(x=3 * torch.randn(2, 5, 8, generator=generator) + 1, **modules(8), note="a LayerNorm and a two-layer FFN"),
+        Case.of(x=torch.randn(3, 6, generator=generator), **modules(6), note="one position per row"),
+        Case.of(x=torch.randn(1, 4, 4, generator=generator, dtype=torch.float64), **modules(4, torch.float64),
+                note="float64"),
+    ]
+
+
+def _residual_like(shape):
+    """A learner's residual block from a one-line recipe."""
+    recipes = {
+        "post": lambda x, norm, f: norm(x + f(x)),
+        "stream": lambda x, norm, f: norm(x) + f(norm(x)),
+        "no residual": lambda x, norm, f: f(norm(x)),
+        "norm after": lambda x, norm, f: x + norm(f(x)),
+        "no norm": lambda x, norm, f: x + f(x),
+    }
+    recipe = recipes[shape]
+
+    def pre_norm_residual(x, norm, sublayer):
+        return recipe(x, norm, sublayer)
+
+    return pre_norm_residual
+
+
+def _stream_normalized_in_place(x, norm, sublayer):
+    x = norm(x)
+    return x + sublayer(x)
+
+
+PRE_NORM_RESIDUAL = Exercise(
+    id="06.pre_norm_residual",
+    reference=reference_pre_norm_residual,
+    cases=_residual_cases,
+    points=1,
+    outputs=("the block's output",),
+    axes={"the block's output": "d_model"},
+    checked="a LayerNorm with random γ and β around a two-layer FFN, on (batch, seq, d_model), (batch, d_model) and float64",
+    hint="the norm goes on the sublayer's *input* only; the residual stream x passes unchanged: `x + sublayer(norm(x))`.",
+    mistakes=(
+        Mistake("post_norm", "wrote the paper's post-norm block, Norm(x + Sublayer(x))",
+                "That is §3.1's arrangement; pre-norm moves the norm inside the branch: `x + sublayer(norm(x))`.",
+                (_residual_like("post"),)),
+        Mistake("normalized_the_stream", "normalized the residual stream itself, x = Norm(x) + Sublayer(Norm(x))",
+                "Only the sublayer's input is normalized; the stream x that the branch is added to must pass unchanged, "
+                "or nothing travels from the first block to the last untouched.",
+                (_residual_like("stream"), _stream_normalized_in_place)),
+        Mistake("no_residual", "left out the residual connection",
+                "Add the input back: `x + sublayer(norm(x))`. Without it each block replaces the stream.",
+                (_residual_like("no residual"),)),
+        Mistake("norm_after_sublayer", "normalized the sublayer's output instead of its input",
+                "Pre-norm normalizes what goes *into* the sublayer: `x + sublayer(norm(x))`.",
+                (_residual_like("norm after"),)),
+        Mistake("no_norm", "left out the norm",
+                "Apply `norm` to the sublayer's input: `x + sublayer(norm(x))`.", (_residual_like("no norm"),)),
+    ),
+    mutants=(
+        Mutant("subtracted_branch", "subtracts the branch", lambda x, norm, f: x - f(norm(x))),
+        Mutant("sandwich_same_norm", "normalizes the branch's output too, with the same norm",
+               lambda x, norm, f: x + norm(f(norm(x)))),
+        Mutant("branch_twice", "applies the sublayer twice", lambda x, norm, f: x + f(norm(f(norm(x))))),
+    ),
+)
+
+register(LAYER_NORM, RMS_NORM, PRE_NORM_RESIDUAL)
