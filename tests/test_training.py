@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tutorial_lib.data.dates import Seq2SeqBatch
 from tutorial_lib.models.gpt import GPT, GPTConfig
 from tutorial_lib.training import (
     TrainConfig,
@@ -199,6 +200,12 @@ def test_to_device_moves_nested_batches():
     moved = to_device(batch, torch.device("meta"))
     assert moved["x"].is_meta and moved["pair"][0].is_meta and moved["pair"][1][0].is_meta and moved["name"] == "b"
     assert isinstance(moved["pair"], tuple) and isinstance(moved["pair"][1], list)
+
+
+def test_to_device_keeps_a_named_tuple():
+    batch = Seq2SeqBatch(torch.zeros(2, 3, dtype=torch.long), torch.tensor([3, 1]), torch.ones(2, 2), torch.ones(2, 2))
+    moved = to_device(batch, torch.device("meta"))
+    assert isinstance(moved, Seq2SeqBatch) and moved.src_lengths.is_meta and moved.tgt_out.shape == (2, 2)
 
 
 # ------------------------------------------------------------------------------ checkpoints

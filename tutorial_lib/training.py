@@ -242,6 +242,8 @@ def to_device(batch: Any, device: torch.device | str) -> Any:
     """Move a tensor, or a tuple/list/dict of tensors, to ``device``."""
     if isinstance(batch, Tensor):
         return batch.to(device, non_blocking=True)
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a NamedTuple takes its fields one by one
+        return type(batch)(*(to_device(b, device) for b in batch))
     if isinstance(batch, (tuple, list)):
         return type(batch)(to_device(b, device) for b in batch)
     if isinstance(batch, dict):

@@ -7,6 +7,8 @@ on a small slice. NaN and infinities are described as such, never as a differenc
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -70,6 +72,8 @@ def _leaves(want: Any, got: Any, name: str) -> tuple[list[tuple[str, torch.Tenso
         return pairs, None
     if isinstance(want, dict) and isinstance(got, dict):
         return [], _mapping_failure(name, want, got)
+    if type(want) is float and type(got) is float:  # compared within tolerance, as 0-d float64 tensors
+        return [(name, torch.tensor(want, dtype=torch.float64), torch.tensor(got, dtype=torch.float64))], None
     if type(got) is not type(want):
         return [], Failure("wrong_type", f"{name} should be {describe_type(want)}, got {describe_type(got)}")
     if got != want:
@@ -156,6 +160,9 @@ def same(a: Any, b: Any, tolerance: tuple[float, float] | None) -> bool:
             and len(a) == len(b)
             and all(same(x, y, tolerance) for x, y in zip(a, b))
         )
+    if type(a) is float and type(b) is float:  # Python floats: within tolerance, as tensors are
+        rtol, atol = tolerance if tolerance is not None else (1e-7, 0.0)
+        return math.isclose(a, b, rel_tol=rtol, abs_tol=atol) or (math.isnan(a) and math.isnan(b))
     return type(a) is type(b) and a == b
 
 

@@ -1,0 +1,166 @@
+"""Chapter 07's checks: answers written as learners write them, right and wrong (independently of the catalogue)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tutorial_lib.checks import check, get_exercise
+
+
+def encoder_right(x, src_mask, layer):
+    attended = layer.self_attn(x, mask=src_mask)
+    x = layer.norm1(layer.dropout(attended) + x)
+    return layer.norm2(layer.dropout(layer.ffn(x)) + x)
+
+
+def encoder_wrong(**wrong):
+    def encoder_layer(x, src_mask, layer):
+        mask = None if wrong.get("no_mask") else src_mask
+        if wrong.get("pre"):
+            x = x + layer.dropout(layer.self_attn(layer.norm1(x), mask=mask))
+            return x + layer.dropout(layer.ffn(layer.norm2(x)))
+        h = layer.self_attn(x, mask=mask, causal=bool(wrong.get("causal")))
+        h = F.dropout(h, p=layer.dropout.p) if wrong.get("dropout") else layer.dropout(h)
+        x = layer.norm1(h if wrong.get("no_residual") else x + h)
+        h = layer.ffn(x)
+        h = F.dropout(h, p=layer.dropout.p) if wrong.get("dropout") else layer.dropout(h)
+        return layer.norm2(x + h)
+
+    return encoder_layer
+
+
+def decoder_right(x, memory, src_mask, layer):
+    x = layer.norm1(x + layer.dropout(layer.self_attn(x, causal=True)))
+    x = layer.norm2(x + layer.dropout(layer.cross_attn(x, context=memory, mask=src_mask)))
+    return layer.norm3(x + layer.dropout(layer.ffn(x)))
+
+
+def decoder_wrong(**wrong):
+    def decoder_layer(x, memory, src_mask, layer):
+        drop = (lambda h: F.dropout(h, layer.dropout.p)) if wrong.get("dropout") else layer.dropout
+        if wrong.get("pre"):
+            x = x + drop(layer.self_attn(layer.norm1(x), causal=True))
+            x = x + drop(layer.cross_attn(layer.norm2(x), memory, mask=src_mask))
+            return x + drop(layer.ffn(layer.norm3(x)))
+        x = layer.norm1(x + drop(layer.self_attn(x, causal=not wrong.get("no_causal"))))
+        if wrong.get("keys_from_decoder"):
+            cross = layer.cross_attn(x, x)
+        else:
+            cross = layer.cross_attn(x, memory, mask=None if wrong.get("no_src_mask") else src_mask)
+        x = layer.norm2(x + drop(cross))
+        h = drop(layer.ffn(x))
+        return layer.norm3(h if wrong.get("no_residual") else x + h)
+
+    return decoder_layer
+
+
+def smoothed_right(logits, targets, smoothing, pad_id):
+    log_probs = logits.log_softmax(-1)
+    nll = -log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    loss = (1 - smoothing) * nll - smoothing * log_probs.mean(-1)
+    return loss[targets != pad_id].mean()
+
+
+def smoothed_wrong(**wrong):
+    def label_smoothed_loss(logits, targets, smoothing, pad_id):
+        vocab = logits.shape[-1]
+        log_probs = F.log_softmax(logits, dim=-1)
+        if wrong.get("others"):
+            dist = torch.full_like(log_probs, smoothing / (vocab - 1))
+            dist.scatter_(-1, targets.unsqueeze(-1), 1 - smoothing)
+        else:
+            dist = F.one_hot(targets, vocab).to(logits.dtype) * (1 - smoothing) + smoothing / vocab
+        if wrong.get("plus"):
+            dist = F.one_hot(targets, vocab).to(logits.dtype) + smoothing / vocab
+        per_position = (-dist * log_probs).sum(-1)
+        if wrong.get("with_pad"):
+            return per_position.mean()
+        mask = (targets != pad_id).to(logits.dtype)
+        return (per_position * mask).sum() / (mask.numel() if wrong.get("all_positions") else mask.sum())
+
+    return label_smoothed_loss
+
+
+def noam_right(step, d_model, warmup):
+    return min(1 / step**0.5, step / warmup**1.5) / d_model**0.5
+
+
+LEARNER_MISTAKES = [
+    ("07.encoder_layer", encoder_wrong(no_residual=True), "no_residual"),
+    ("07.encoder_layer", encoder_wrong(pre=True), "pre_norm"),
+    ("07.encoder_layer", encoder_wrong(no_mask=True), "padding_mask_missing"),
+    ("07.encoder_layer", encoder_wrong(causal=True), "causal_encoder"),
+    ("07.encoder_layer", encoder_wrong(dropout=True), "dropout_left_on"),
+    ("07.decoder_layer", decoder_wrong(no_residual=True), "no_residual"),
+    ("07.decoder_layer", decoder_wrong(pre=True), "pre_norm"),
+    ("07.decoder_layer", decoder_wrong(keys_from_decoder=True), "cross_keys_from_decoder"),
+    ("07.decoder_layer", decoder_wrong(no_causal=True), "causal_mask_missing"),
+    ("07.decoder_layer", decoder_wrong(no_src_mask=True), "source_padding_mask_missing"),
+    ("07.decoder_layer", decoder_wrong(dropout=True), "dropout_left_on"),
+    ("07.label_smoothed_loss", smoothed_wrong(others=True), "smoothed_over_other_classes"),
+    ("07.label_smoothed_loss", smoothed_wrong(with_pad=True), "padding_counted"),
+    ("07.label_smoothed_loss", smoothed_wrong(all_positions=True), "divided_by_all_positions"),
+    ("07.label_smoothed_loss", smoothed_wrong(plus=True), "target_weight_not_reduced"),
+    ("07.noam_lr", lambda step, d_model, warmup: min(step**-0.5, step * warmup**-1.5), "forgot_d_model_scale"),
+    ("07.noam_lr", lambda step, d_model, warmup: noam_right(step + 1, d_model, warmup), "step_off_by_one"),
+    ("07.noam_lr", lambda step, d_model, warmup: max(step**-0.5, step * warmup**-1.5) / d_model**0.5, "max_instead_of_min"),
+    ("07.noam_lr", lambda step, d_model, warmup: min(1 / step, step / warmup**1.5) / d_model**0.5, "decay_without_root"),
+    ("07.beam_score", lambda log_prob, length, alpha: log_prob, "no_normalisation"),
+    ("07.beam_score", lambda log_prob, length, alpha: log_prob / ((6 + length) / 6) ** alpha, "wrong_length"),
+    ("07.beam_score", lambda log_prob, length, alpha: log_prob / length**alpha, "plain_length_power"),
+    ("07.beam_score", lambda log_prob, length, alpha: log_prob * ((5 + length) / 6) ** alpha, "multiplied_by_penalty"),
+]
+
+
+@pytest.mark.parametrize(("exercise_id", "learner", "mistake"), LEARNER_MISTAKES,
+                         ids=[f"{e}-{m}" for e, _, m in LEARNER_MISTAKES])
+def test_a_learners_mistake_is_named(exercise_id, learner, mistake):
+    result = check(exercise_id, learner)
+    named = next(m for m in get_exercise(exercise_id).mistakes if m.name == mistake)
+    assert result.points == 0 and result.mistake == mistake, result.verdict
+    assert f"It looks like you {named.description}." in result.verdict
+
+
+def test_every_catalogued_mistake_has_a_learner_version_here():
+    exercises = ("07.encoder_layer", "07.decoder_layer", "07.label_smoothed_loss", "07.noam_lr", "07.beam_score")
+    catalogued = {(e, m.name) for e in exercises for m in get_exercise(e).mistakes}
+    assert catalogued == {(e, m) for e, _, m in LEARNER_MISTAKES}
+
+
+@pytest.mark.parametrize(("exercise_id", "answer"), [
+    ("07.encoder_layer", encoder_right), ("07.encoder_layer", encoder_wrong()), ("07.decoder_layer", decoder_right),
+    ("07.decoder_layer", decoder_wrong()), ("07.label_smoothed_loss", smoothed_right),
+    ("07.label_smoothed_loss", smoothed_wrong()), ("07.noam_lr", noam_right),
+    ("07.beam_score", lambda log_prob, length, alpha: log_prob * (6 / (5 + length)) ** alpha),
+])
+def test_a_correct_answer_written_differently_passes(exercise_id, answer):
+    assert check(exercise_id, answer).passed
+
+
+def test_the_layer_references_are_pytorchs_layers_and_agree_with_the_package_blocks():
+    """The package's post-norm blocks, given the same parts, give PyTorch's numbers (the references are not ours)."""
+    from tutorial_lib.blocks import DecoderBlock, TransformerBlock
+    from tutorial_lib.checks.ch07 import (
+        ENCODER_LAYER, DECODER_LAYER, reference_decoder_layer, reference_encoder_layer,
+    )
+
+    x, src_mask, parts = ENCODER_LAYER.make_cases()[0].args
+    block = TransformerBlock(16, 4, 32, placement="post").eval()
+    block.attn.load_state_dict(parts.self_attn.state_dict())
+    block.ffn.load_state_dict(parts.ffn.state_dict())
+    block.attn_residual.norm.load_state_dict(parts.norm1.state_dict())
+    block.ffn_residual.norm.load_state_dict(parts.norm2.state_dict())
+    torch.testing.assert_close(block(x, mask=src_mask), reference_encoder_layer(x, src_mask, parts), atol=1e-5, rtol=1e-4)
+
+    x, memory, src_mask, parts = DECODER_LAYER.make_cases()[0].args
+    block = DecoderBlock(16, 4, 32, placement="post").eval()
+    block.self_attn.load_state_dict(parts.self_attn.state_dict())
+    block.cross_attn.load_state_dict(parts.cross_attn.state_dict())
+    block.ffn.load_state_dict(parts.ffn.state_dict())
+    for ours, norm in ((block.self_attn_residual, parts.norm1), (block.cross_attn_residual, parts.norm2),
+                       (block.ffn_residual, parts.norm3)):
+        ours.norm.load_state_dict(norm.state_dict())
+    torch.testing.assert_close(block(x, memory, memory_mask=src_mask), reference_decoder_layer(x, memory, src_mask, parts),
+                               atol=1e-5, rtol=1e-4)

@@ -1,0 +1,94 @@
+"""Chapter 07's recipe: the date splits, the training helper, the cache and ``normalise_dates``'s refusals."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from tutorial_lib.recipes import (
+    DATE_TRAIN_CONFIG,
+    DATE_TRANSFORMER_CONFIG,
+    DecoderBlockWithoutCausalMask,
+    date_splits,
+    exact_match,
+    load_or_train_date_transformer,
+    normalise_dates,
+    seq2seq_loss,
+    train_date_transformer,
+)
+from tutorial_lib.data.dates import encode_pairs
+from tutorial_lib.models.transformer import Transformer
+from tutorial_lib.recipes import DATE_VOCAB
+
+TINY = DATE_TRANSFORMER_CONFIG.replace(d_model=16, n_heads=2, n_layers=1, d_ff=32)
+SHORT = dataclasses.replace(DATE_TRAIN_CONFIG, max_steps=4, warmup_steps=2, eval_interval=2, log_interval=1)
+
+
+def test_the_splits_cover_every_date_once():
+    splits = date_splits()
+    dates = [t for part in splits for _, t in part]
+    assert len(dates) == len(set(dates)) == 36_525 and len(splits.test) == 1_000
+
+
+def test_training_is_seeded_and_the_cache_gives_back_the_same_model(tmp_path):
+    first, history = train_date_transformer(model_cfg=TINY, train_cfg=SHORT, batch_size=8, progress=False)
+    again, _ = train_date_transformer(model_cfg=TINY, train_cfg=SHORT, batch_size=8, progress=False)
+    assert history.eval_steps == [2, 4] and len(history.val_loss) == 2
+    for a, b in zip(first.state_dict().values(), again.state_dict().values()):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    trained, record = load_or_train_date_transformer(model_cfg=TINY, train_cfg=SHORT, batch_size=8, checkpoint_dir=tmp_path, progress=False)
+    loaded, record_again = load_or_train_date_transformer(model_cfg=TINY, train_cfg=SHORT, batch_size=8, checkpoint_dir=tmp_path)
+    assert len(list(tmp_path.iterdir())) == 1 and record == record_again
+    for a, b in zip(trained.state_dict().values(), loaded.state_dict().values()):
+        assert torch.equal(a, b)
+
+
+def test_without_the_causal_mask_the_decoder_reads_later_targets_and_the_cache_key_differs(tmp_path):
+    model, _ = load_or_train_date_transformer(model_cfg=TINY, train_cfg=SHORT, batch_size=8, causal_decoder=False,
+                                              checkpoint_dir=tmp_path, progress=False)
+    assert all(isinstance(layer, DecoderBlockWithoutCausalMask) for layer in model.decoder.layers)
+    batch = encode_pairs([("3 March 1997", "1997-03-03")], DATE_VOCAB)
+    changed = batch.tgt_in.clone()
+    changed[0, -1] = DATE_VOCAB.encode("9")[0]
+    with torch.no_grad():
+        before = model(batch.src, batch.tgt_in, src_lengths=batch.src_lengths)
+        after = model(batch.src, changed, src_lengths=batch.src_lengths)
+    assert not torch.allclose(before[0, 0], after[0, 0])  # position 0 saw the last target token
+    load_or_train_date_transformer(model_cfg=TINY, train_cfg=SHORT, batch_size=8, checkpoint_dir=tmp_path, progress=False)
+    assert len(list(tmp_path.iterdir())) == 2
+
+
+def test_the_loss_ignores_padding_and_smoothing_raises_it():
+    torch.manual_seed(0)
+    model = Transformer(TINY).eval()
+    batch = encode_pairs([("3 March 1997", "1997-03-03"), ("Mar 3, 1997", "1997-03-03")], DATE_VOCAB)
+    assert seq2seq_loss(model, batch, smoothing=0.1) != seq2seq_loss(model, batch, smoothing=0.0)
+    assert (batch.tgt_out == DATE_VOCAB.pad_id).sum() == 0  # same-length targets: no padding in this batch
+
+
+def test_normalise_dates_decodes_greedy_and_beam_alike_in_shape():
+    torch.manual_seed(0)
+    model = Transformer(TINY).eval()
+    texts = ["3 March 1997", "1/1/2000"]
+    assert len(normalise_dates(model, texts)) == 2 and len(normalise_dates(model, texts, beam_width=2)) == 2
+    assert 0.0 <= exact_match(model, [("3 March 1997", "1997-03-03")]) <= 1.0
+
+
+@pytest.mark.parametrize(("texts", "message"), [
+    ("3 March 1997", "texts must be a non-empty list of strings"),
+    ([], "texts must be a non-empty list of strings"),
+    (["3 March 1997", ""], r"texts\[1\] must be a non-empty string"),
+    (["March 3rd, 1997!"], r"texts\[0\] = 'March 3rd, 1997!' holds characters outside the date vocabulary: \['!'\]"),
+    (["x" * 40], r"has 40 characters; the model reads at most n_ctx=32"),
+])
+def test_normalise_dates_names_the_offending_input(texts, message):
+    model = Transformer(TINY)
+    with pytest.raises(ValueError, match=message):
+        normalise_dates(model, texts)
+
+
+def test_normalise_dates_refuses_a_bad_beam_width():
+    with pytest.raises(ValueError, match="beam_width must be a positive int"):
+        normalise_dates(Transformer(TINY), ["3 March 1997"], beam_width=0)

@@ -1,0 +1,541 @@
+"""Chapter 07's exercises: the paper's encoder and decoder layers, label smoothing, Eq. (3)'s rate and the beam's score.
+
+- ``07.encoder_layer`` and ``07.decoder_layer`` are the course's capstone: the learner writes the forward of a
+  post-norm layer from its parts (the package's attention and FFN, PyTorch's LayerNorm and Dropout) and the check
+  runs PyTorch's ``nn.TransformerEncoderLayer`` / ``nn.TransformerDecoderLayer`` holding the same weights. The cases
+  pad some sources, so a padding mask left out changes the values, and run with dropout in evaluation mode: dropout
+  left on is caught because every answer runs from the same seed of the global generator, so a learner's dropout
+  and the catalogued one draw the same masks.
+- ``07.label_smoothed_loss`` is compared with ``F.cross_entropy(label_smoothing=ε, ignore_index=pad)``.
+- ``07.noam_lr`` and ``07.beam_score`` are the formulas of Eq. (3) and of GNMT's length penalty (§6.1's α = 0.6).
+
+As in ``ch03``, the mistakes are written the way a learner would write them and carry no annotations.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
+from tutorial_lib.feed_forward import FeedForward
+from tutorial_lib.multi_head import MultiHeadAttention
+from tutorial_lib.training import noam_lr
+
+# --- the parts a learner's layer is built from ----------------------------------------------------------------------------
+
+
+@dataclass(repr=False)
+class EncoderLayerParts:
+    """What an encoder layer holds: ``self_attn`` (called as ``self_attn(x, mask=...)``), ``ffn``, ``norm1`` (after
+    attention), ``norm2`` (after the FFN) and ``dropout`` (on each sublayer's output, before the residual sum)."""
+
+    self_attn: MultiHeadAttention
+    ffn: FeedForward
+    norm1: nn.LayerNorm
+    norm2: nn.LayerNorm
+    dropout: nn.Dropout
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(d_model={self.self_attn.d_model}, n_heads={self.self_attn.n_heads})"
+
+
+@dataclass(repr=False)
+class DecoderLayerParts:
+    """A decoder layer: ``self_attn`` (masked), ``cross_attn`` (called as ``cross_attn(x, memory, mask=...)``),
+    ``ffn``, ``norm1``, ``norm2``, ``norm3`` (after each sublayer in that order) and ``dropout``."""
+
+    self_attn: MultiHeadAttention
+    cross_attn: MultiHeadAttention
+    ffn: FeedForward
+    norm1: nn.LayerNorm
+    norm2: nn.LayerNorm
+    norm3: nn.LayerNorm
+    dropout: nn.Dropout
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(d_model={self.self_attn.d_model}, n_heads={self.self_attn.n_heads})"
+
+
+def _random_(module: nn.Module, generator: torch.Generator, dtype: torch.dtype) -> nn.Module:
+    """Random weights everywhere (norms around γ = 1, β = 0) so that no part can be left out unnoticed."""
+    module = module.to(dtype)
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            noise = torch.randn(p.shape, generator=generator, dtype=dtype)
+            if isinstance(module, nn.LayerNorm):
+                p.copy_((1.0 if name == "weight" else 0.0) + 0.3 * noise)
+            else:
+                p.copy_(noise / math.sqrt(p.shape[-1]))
+    return module.eval()
+
+
+def _parts(kind: str, d_model: int, n_heads: int, d_ff: int, generator: torch.Generator, dtype: torch.dtype):
+    attn = lambda: _random_(MultiHeadAttention(d_model, n_heads), generator, dtype)  # noqa: E731
+    norm = lambda: _random_(nn.LayerNorm(d_model), generator, dtype)  # noqa: E731
+    ffn = _random_(FeedForward(d_model, d_ff), generator, dtype)
+    dropout = nn.Dropout(0.1).eval()
+    if kind == "encoder":
+        return EncoderLayerParts(attn(), ffn, norm(), norm(), dropout)
+    return DecoderLayerParts(attn(), attn(), ffn, norm(), norm(), norm(), dropout)
+
+
+def _in_proj(ref: nn.MultiheadAttention, ours: MultiHeadAttention) -> None:
+    """PyTorch stacks W^Q, W^K, W^V into one ``in_proj_weight``."""
+    with torch.no_grad():
+        ref.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight]))
+        ref.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.k_proj.bias, ours.v_proj.bias]))
+        ref.out_proj.weight.copy_(ours.out_proj.weight)
+        ref.out_proj.bias.copy_(ours.out_proj.bias)
+
+
+def _padding(lengths: list[int], seq: int) -> torch.Tensor:
+    """The package's source mask: (batch, 1, seq), True on real tokens."""
+    return (torch.arange(seq)[None, :] < torch.tensor(lengths)[:, None])[:, None, :]
+
+
+def _seeded_call(obj, args):
+    """Every answer runs from the same global seed, so that dropout left on draws the same masks in each."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return obj(*args)
+
+
+# --- 07.encoder_layer -----------------------------------------------------------------------------------------------------
+
+
+def reference_encoder_layer(x, src_mask, layer):
+    """PyTorch's post-norm ``nn.TransformerEncoderLayer`` with the layer's weights copied in, in evaluation mode."""
+    d_model, n_heads, d_ff = layer.self_attn.d_model, layer.self_attn.n_heads, layer.ffn.up.out_features
+    ref = nn.TransformerEncoderLayer(d_model, n_heads, d_ff, dropout=layer.dropout.p, batch_first=True,
+                                     norm_first=False, dtype=x.dtype)
+    _in_proj(ref.self_attn, layer.self_attn)
+    ref.linear1.load_state_dict(layer.ffn.up.state_dict())
+    ref.linear2.load_state_dict(layer.ffn.down.state_dict())
+    ref.norm1.load_state_dict(layer.norm1.state_dict())
+    ref.norm2.load_state_dict(layer.norm2.state_dict())
+    with torch.enable_grad():  # PyTorch's inference fast path would zero the outputs at padded positions
+        return ref.eval()(x, src_key_padding_mask=~src_mask[:, 0, :]).detach()
+
+
+def _encoder_cases(generator: torch.Generator) -> list[Case]:
+    def case(batch, seq, d_model, n_heads, lengths, dtype=torch.float32, note=""):
+        x = torch.randn(batch, seq, d_model, generator=generator, dtype=dtype)
+        return Case.of(x=x, src_mask=_padding(lengths, seq), layer=_parts("encoder", d_model, n_heads, 2 * d_model,
+                                                                            generator, dtype), note=note)
+
+    return [
+        case(2, 6, 16, 4, [6, 3], note="the second source padded after 3 tokens"),
+        case(3, 5, 8, 2, [5, 5, 1], note="a source of one token"),
+        case(1, 4, 8, 2, [4], torch.float64, note="float64, no padding"),
+    ]
+
+
+def _encoder_like(*, norm="post", residual=(True, True), mask=True, causal=False, dropout_on=False):
+    """A learner's encoder layer; each keyword reproduces one way of getting it wrong."""
+
+    def encoder_layer(x, src_mask, layer):
+        drop = (lambda h: F.dropout(h, layer.dropout.p)) if dropout_on else layer.dropout
+
+        def sublayer(x, f, norm_module, keep_residual):
+            if norm == "pre":
+                return (x if keep_residual else 0) + drop(f(norm_module(x)))
+            return norm_module((x if keep_residual else 0) + drop(f(x)))
+
+        x = sublayer(x, lambda h: layer.self_attn(h, mask=src_mask if mask else None, causal=causal), layer.norm1,
+                     residual[0])
+        return sublayer(x, layer.ffn, layer.norm2, residual[1])
+
+    return encoder_layer
+
+
+def _encoder_norms_swapped(x, src_mask, layer):
+    x = layer.norm2(x + layer.dropout(layer.self_attn(x, mask=src_mask)))
+    return layer.norm1(x + layer.dropout(layer.ffn(x)))
+
+
+def _encoder_one_norm(x, src_mask, layer):
+    x = layer.norm1(x + layer.dropout(layer.self_attn(x, mask=src_mask)))
+    return layer.norm1(x + layer.dropout(layer.ffn(x)))
+
+
+def _encoder_no_ffn_norm(x, src_mask, layer):
+    x = layer.norm1(x + layer.dropout(layer.self_attn(x, mask=src_mask)))
+    return x + layer.dropout(layer.ffn(x))
+
+
+ENCODER_LAYER = Exercise(
+    id="07.encoder_layer",
+    reference=reference_encoder_layer,
+    cases=_encoder_cases,
+    call=_seeded_call,
+    points=2,
+    outputs=("the layer's output",),
+    axes={"the layer's output": "d_model"},
+    tolerance=(1e-4, 1e-5),
+    checked="against nn.TransformerEncoderLayer (post-norm, evaluation mode) holding the same weights, with padded sources",
+    hint=(
+        "two sublayers, each `x = norm(x + dropout(sublayer(x)))`: first `layer.self_attn(x, mask=src_mask)` with "
+        "`layer.norm1`, then `layer.ffn(x)` with `layer.norm2`."
+    ),
+    mistakes=(
+        Mistake("no_residual", "left out a residual connection",
+                "Each sublayer's output is *added* to its input before the norm: `layer.norm1(x + ...)`.",
+                (_encoder_like(residual=(False, True)), _encoder_like(residual=(True, False)),
+                 _encoder_like(residual=(False, False)))),
+        Mistake("pre_norm", "wrote a pre-norm layer, x + Sublayer(Norm(x))",
+                "The paper normalizes *after* the residual sum (post-norm): `x = layer.norm1(x + dropout(attn(x)))`.",
+                (_encoder_like(norm="pre"),)),
+        Mistake("padding_mask_missing", "left out the source padding mask",
+                "Pass `mask=src_mask` to the self-attention, or the real tokens attend to the padding.",
+                (_encoder_like(mask=False),)),
+        Mistake("causal_encoder", "made the encoder's self-attention causal",
+                "The encoder reads the whole source in both directions: no causal mask, only the padding mask.",
+                (_encoder_like(causal=True),)),
+        Mistake("dropout_left_on", "applied dropout that stays on in evaluation mode",
+                "Use the module `layer.dropout(h)`, which is off after `.eval()`; `F.dropout(h, p)` is on unless "
+                "you pass `training=...`.", (_encoder_like(dropout_on=True),)),
+    ),
+    mutants=(
+        Mutant("norms_swapped", "uses norm2 after attention and norm1 after the FFN", _encoder_norms_swapped),
+        Mutant("one_norm", "uses norm1 after both sublayers", _encoder_one_norm),
+        Mutant("no_ffn_norm", "leaves out the norm after the FFN", _encoder_no_ffn_norm),
+    ),
+)
+
+
+# --- 07.decoder_layer -----------------------------------------------------------------------------------------------------
+
+
+def reference_decoder_layer(x, memory, src_mask, layer):
+    """PyTorch's post-norm ``nn.TransformerDecoderLayer`` with the layer's weights copied in, in evaluation mode."""
+    d_model, n_heads, d_ff = layer.self_attn.d_model, layer.self_attn.n_heads, layer.ffn.up.out_features
+    ref = nn.TransformerDecoderLayer(d_model, n_heads, d_ff, dropout=layer.dropout.p, batch_first=True,
+                                     norm_first=False, dtype=x.dtype)
+    _in_proj(ref.self_attn, layer.self_attn)
+    _in_proj(ref.multihead_attn, layer.cross_attn)
+    ref.linear1.load_state_dict(layer.ffn.up.state_dict())
+    ref.linear2.load_state_dict(layer.ffn.down.state_dict())
+    for i in (1, 2, 3):
+        getattr(ref, f"norm{i}").load_state_dict(getattr(layer, f"norm{i}").state_dict())
+    seq = x.shape[1]
+    future = torch.ones(seq, seq, dtype=torch.bool).triu(1)  # PyTorch's boolean masks: True = may NOT attend
+    with torch.enable_grad():
+        out = ref.eval()(x, memory, tgt_mask=future, tgt_is_causal=True, memory_key_padding_mask=~src_mask[:, 0, :])
+    return out.detach()
+
+
+def _decoder_cases(generator: torch.Generator) -> list[Case]:
+    def case(batch, tgt, src, d_model, n_heads, lengths, dtype=torch.float32, note=""):
+        x = torch.randn(batch, tgt, d_model, generator=generator, dtype=dtype)
+        memory = torch.randn(batch, src, d_model, generator=generator, dtype=dtype)
+        return Case.of(x=x, memory=memory, src_mask=_padding(lengths, src),
+                       layer=_parts("decoder", d_model, n_heads, 2 * d_model, generator, dtype), note=note)
+
+    return [
+        case(2, 5, 7, 16, 4, [7, 3], note="5 target positions, 7 source positions, the second source padded"),
+        case(3, 4, 4, 8, 2, [4, 2, 1], note="target and source of equal length"),
+        case(1, 3, 6, 8, 2, [6], torch.float64, note="float64, no padding"),
+    ]
+
+
+def _decoder_like(*, norm="post", residual=(True, True, True), causal=True, cross="memory", src_mask_on=True,
+                  dropout_on=False):
+    """A learner's decoder layer; each keyword reproduces one way of getting it wrong."""
+
+    def decoder_layer(x, memory, src_mask, layer):
+        drop = (lambda h: F.dropout(h, layer.dropout.p)) if dropout_on else layer.dropout
+
+        def sublayer(x, f, norm_module, keep_residual):
+            if norm == "pre":
+                return (x if keep_residual else 0) + drop(f(norm_module(x)))
+            return norm_module((x if keep_residual else 0) + drop(f(x)))
+
+        def cross_attention(h):
+            if cross == "decoder":
+                return layer.cross_attn(h)
+            return layer.cross_attn(h, memory, mask=src_mask if src_mask_on else None)
+
+        x = sublayer(x, lambda h: layer.self_attn(h, causal=causal), layer.norm1, residual[0])
+        x = sublayer(x, cross_attention, layer.norm2, residual[1])
+        return sublayer(x, layer.ffn, layer.norm3, residual[2])
+
+    return decoder_layer
+
+
+def _decoder_cross_before_self(x, memory, src_mask, layer):
+    x = layer.norm1(x + layer.dropout(layer.cross_attn(x, memory, mask=src_mask)))
+    x = layer.norm2(x + layer.dropout(layer.self_attn(x, causal=True)))
+    return layer.norm3(x + layer.dropout(layer.ffn(x)))
+
+
+def _decoder_shared_attention(x, memory, src_mask, layer):
+    x = layer.norm1(x + layer.dropout(layer.self_attn(x, causal=True)))
+    x = layer.norm2(x + layer.dropout(layer.self_attn(x, memory, mask=src_mask)))
+    return layer.norm3(x + layer.dropout(layer.ffn(x)))
+
+
+def _decoder_norm_inside_cross(x, memory, src_mask, layer):
+    x = layer.norm1(x + layer.dropout(layer.self_attn(x, causal=True)))
+    x = x + layer.norm2(layer.dropout(layer.cross_attn(x, memory, mask=src_mask)))
+    return layer.norm3(x + layer.dropout(layer.ffn(x)))
+
+
+DECODER_LAYER = Exercise(
+    id="07.decoder_layer",
+    reference=reference_decoder_layer,
+    cases=_decoder_cases,
+    call=_seeded_call,
+    points=2,
+    outputs=("the layer's output",),
+    axes={"the layer's output": "d_model"},
+    tolerance=(1e-4, 1e-5),
+    checked="against nn.TransformerDecoderLayer (post-norm, causal, evaluation mode) holding the same weights, with padded sources",
+    hint=(
+        "three sublayers, each `x = norm(x + dropout(sublayer(x)))`: `layer.self_attn(x, causal=True)` with norm1, "
+        "`layer.cross_attn(x, memory, mask=src_mask)` with norm2, then `layer.ffn(x)` with norm3."
+    ),
+    mistakes=(
+        Mistake("no_residual", "left out a residual connection",
+                "Each sublayer's output is *added* to its input before the norm: `layer.norm1(x + ...)`.",
+                (_decoder_like(residual=(False, True, True)), _decoder_like(residual=(True, False, True)),
+                 _decoder_like(residual=(True, True, False)))),
+        Mistake("pre_norm", "wrote a pre-norm layer, x + Sublayer(Norm(x))",
+                "The paper normalizes *after* the residual sum (post-norm): `x = layer.norm1(x + dropout(attn(x)))`.",
+                (_decoder_like(norm="pre"),)),
+        Mistake("cross_keys_from_decoder", "took the cross-attention's keys and values from the decoder, not the encoder",
+                "Cross-attention reads the encoder's output: `layer.cross_attn(x, memory, mask=src_mask)`; its queries "
+                "come from the decoder, its keys and values from `memory`.", (_decoder_like(cross="decoder"),)),
+        Mistake("causal_mask_missing", "left out the causal mask in the decoder's self-attention",
+                "`layer.self_attn(x, causal=True)`: without it each position reads the later target tokens, which "
+                "teacher forcing hands it during training and generation does not have.",
+                (_decoder_like(causal=False),)),
+        Mistake("source_padding_mask_missing", "left out the source padding mask in the cross-attention",
+                "Pass `mask=src_mask` to the cross-attention, or the decoder reads the source's padding.",
+                (_decoder_like(src_mask_on=False),)),
+        Mistake("dropout_left_on", "applied dropout that stays on in evaluation mode",
+                "Use the module `layer.dropout(h)`, which is off after `.eval()`; `F.dropout(h, p)` is on unless "
+                "you pass `training=...`.", (_decoder_like(dropout_on=True),)),
+    ),
+    mutants=(
+        Mutant("cross_before_self", "runs cross-attention before self-attention", _decoder_cross_before_self),
+        Mutant("self_attn_for_cross", "uses self_attn's weights for the cross-attention", _decoder_shared_attention),
+        Mutant("norm_inside_cross", "normalizes the cross-attention's output instead of the sum",
+               _decoder_norm_inside_cross),
+    ),
+)
+
+
+# --- 07.label_smoothed_loss -----------------------------------------------------------------------------------------------
+
+
+def reference_label_smoothed_loss(logits, targets, smoothing, pad_id):
+    """Cross-entropy against (1 - ε)·one_hot + ε/d_vocab, averaged over the non-padding positions."""
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), label_smoothing=smoothing, ignore_index=pad_id)
+
+
+def _smoothing_cases(generator: torch.Generator) -> list[Case]:
+    def case(batch, seq, d_vocab, smoothing, pad_id, n_pad, dtype=torch.float32, note=""):
+        logits = 2 * torch.randn(batch, seq, d_vocab, generator=generator, dtype=dtype)
+        targets = torch.randint(0, d_vocab, (batch, seq), generator=generator)
+        targets[targets == pad_id] = (pad_id + 1) % d_vocab
+        if n_pad:
+            targets[-1, -n_pad:] = pad_id
+        return Case.of(logits=logits, targets=targets, smoothing=smoothing, pad_id=pad_id, note=note)
+
+    return [
+        case(2, 6, 7, 0.1, 0, 3, note="3 padded positions"),
+        case(3, 4, 5, 0.3, 0, 2, torch.float64, note="ε = 0.3, float64"),
+        case(2, 5, 11, 0.2, 4, 1, note="the padding id is 4"),
+    ]
+
+
+def _smoothing_like(*, spread="all", ignore_pad=True, denominator="kept", keep_nll_weight=True):
+    """A learner's label-smoothed loss; each keyword reproduces one way of getting it wrong."""
+
+    def label_smoothed_loss(logits, targets, smoothing, pad_id):
+        log_probs = torch.log_softmax(logits, dim=-1)
+        d_vocab = logits.shape[-1]
+        if spread == "all":
+            target = torch.full_like(log_probs, smoothing / d_vocab)
+            target.scatter_(-1, targets[..., None], 1 - smoothing + smoothing / d_vocab)
+        else:  # the ε spread over the d_vocab - 1 wrong classes only
+            target = torch.full_like(log_probs, smoothing / (d_vocab - 1))
+            target.scatter_(-1, targets[..., None], 1 - smoothing)
+        if not keep_nll_weight:
+            target.scatter_(-1, targets[..., None], 1.0 + smoothing / d_vocab)
+        loss = -(target * log_probs).sum(-1)
+        keep = targets != pad_id if ignore_pad else torch.ones_like(targets, dtype=torch.bool)
+        total = (loss * keep).sum()
+        return total / (keep.sum() if denominator == "kept" else targets.numel())
+
+    return label_smoothed_loss
+
+
+def _smoothing_sum(logits, targets, smoothing, pad_id):
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), label_smoothing=smoothing, ignore_index=pad_id,
+                           reduction="sum")
+
+
+def _smoothing_none(logits, targets, smoothing, pad_id):
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=pad_id)
+
+
+LABEL_SMOOTHED_LOSS = Exercise(
+    id="07.label_smoothed_loss",
+    reference=reference_label_smoothed_loss,
+    cases=_smoothing_cases,
+    points=1,
+    outputs=("the loss",),
+    tolerance=(1e-5, 1e-6),
+    checked="with padded targets, ε of 0.1 to 0.3 and a padding id that is not 0, against F.cross_entropy(label_smoothing=ε)",
+    hint=(
+        "the target distribution is (1 - ε)·one_hot + ε/d_vocab (the ε spread over *every* class), the loss is "
+        "-(target · log_softmax(logits)).sum(-1), averaged over the positions whose target is not `pad_id`."
+    ),
+    mistakes=(
+        Mistake("smoothed_over_other_classes", "spread ε over the d_vocab - 1 wrong classes only",
+                "§5.4's (and PyTorch's) label smoothing spreads ε over every class, the right one included: "
+                "ε/d_vocab each, and 1 - ε + ε/d_vocab on the target.", (_smoothing_like(spread="others"),)),
+        Mistake("padding_counted", "counted the padded positions in the loss",
+                "Mask the positions whose target is `pad_id` out of the sum *and* out of the count.",
+                (_smoothing_like(ignore_pad=False),)),
+        Mistake("divided_by_all_positions", "averaged over every position, padding included",
+                "The padded positions are out of the sum; leave them out of the count too: divide by "
+                "`(targets != pad_id).sum()`.", (_smoothing_like(denominator="all"),)),
+        Mistake("target_weight_not_reduced", "kept weight 1 on the right class and added ε on top",
+                "The smoothed target sums to 1: the right class gets 1 - ε + ε/d_vocab, not 1 + ε/d_vocab.",
+                (_smoothing_like(keep_nll_weight=False),)),
+    ),
+    mutants=(
+        Mutant("summed", "sums over positions instead of averaging", _smoothing_sum),
+        Mutant("no_smoothing", "ignores ε", _smoothing_none),
+    ),
+)
+
+
+# --- 07.noam_lr -----------------------------------------------------------------------------------------------------------
+
+
+def _noam_cases(generator: torch.Generator) -> list[Case]:
+    del generator  # the cases are the schedule's landmarks, not random draws
+    return [
+        Case.of(step=1, d_model=512, warmup=4000, note="the first update"),
+        Case.of(step=2000, d_model=512, warmup=4000, note="half-way through the warm-up"),
+        Case.of(step=4000, d_model=512, warmup=4000, note="the peak"),
+        Case.of(step=16000, d_model=512, warmup=4000, note="after the warm-up"),
+        Case.of(step=30, d_model=128, warmup=200, note="a small model"),
+        Case.of(step=800, d_model=128, warmup=200, note="a small model, decaying"),
+    ]
+
+
+def _noam_like(*, scale=True, offset=0, decay_power=-0.5, use_max=False):
+    """A learner's Eq. (3); each keyword reproduces one way of getting it wrong."""
+
+    def noam_rate(step, d_model, warmup):
+        s = step + offset
+        branch = max if use_max else min
+        rate = branch(s**decay_power, s * warmup**-1.5)
+        return d_model**-0.5 * rate if scale else rate
+
+    return noam_rate
+
+
+NOAM_LR = Exercise(
+    id="07.noam_lr",
+    reference=noam_lr,
+    cases=_noam_cases,
+    points=1,
+    outputs=("the learning rate",),
+    tolerance=(1e-9, 0.0),
+    checked="at the first update, half-way through the warm-up, the peak and after it, for the base model and a small one",
+    hint="Eq. (3): `d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)`, with `step` counted from 1.",
+    mistakes=(
+        Mistake("forgot_d_model_scale", "left out the d_model^-0.5 factor",
+                "Eq. (3) multiplies the whole by `d_model ** -0.5`: wider models take smaller steps.",
+                (_noam_like(scale=False),)),
+        Mistake("step_off_by_one", "counted the steps one ahead (step + 1)",
+                "The paper's `step_num` starts at 1 on the first update; use `step` as given, without adding or "
+                "subtracting 1.", (_noam_like(offset=1),)),
+        Mistake("max_instead_of_min", "took the larger of the two branches instead of the smaller",
+                "`min(step ** -0.5, step * warmup ** -1.5)`: the linear warm-up is the smaller one before `warmup`, "
+                "the decay after.", (_noam_like(use_max=True),)),
+        Mistake("decay_without_root", "decayed as 1/step instead of 1/√step",
+                "After the warm-up the rate falls as `step ** -0.5`, the inverse square root.",
+                (_noam_like(decay_power=-1.0),)),
+    ),
+    mutants=(
+        Mutant("positive_exponent", "multiplies by √d_model", lambda step, d_model, warmup: d_model**0.5 * min(step**-0.5, step * warmup**-1.5)),
+        Mutant("warmup_root", "uses warmup^-0.5 in the warm-up branch", lambda step, d_model, warmup: d_model**-0.5 * min(step**-0.5, step * warmup**-0.5)),
+    ),
+)
+
+
+# --- 07.beam_score --------------------------------------------------------------------------------------------------------
+
+
+def reference_beam_score(log_prob, length, alpha):
+    """GNMT's length-normalised score: log P(Y | X) / lp(Y), lp(Y) = ((5 + |Y|) / 6)^α."""
+    return log_prob / ((5 + length) / 6) ** alpha
+
+
+def _beam_cases(generator: torch.Generator) -> list[Case]:
+    del generator
+    return [
+        Case.of(log_prob=-2.5, length=10, alpha=0.6, note="the paper's α = 0.6"),
+        Case.of(log_prob=-0.7, length=3, alpha=0.6, note="a short output"),
+        Case.of(log_prob=-4.0, length=25, alpha=1.0, note="α = 1"),
+        Case.of(log_prob=-1.2, length=1, alpha=0.6, note="a one-token output, where lp = 1"),
+        Case.of(log_prob=-3.3, length=7, alpha=0.0, note="α = 0: no length penalty"),
+    ]
+
+
+def _beam_like(*, length_offset=0, normalise=True, form="gnmt", multiply=False):
+    """A learner's beam score; each keyword reproduces one way of getting it wrong."""
+
+    def beam_score(log_prob, length, alpha):
+        n = length + length_offset
+        penalty = ((5 + n) / 6) ** alpha if form == "gnmt" else n**alpha
+        if not normalise:
+            return log_prob
+        return log_prob * penalty if multiply else log_prob / penalty
+
+    return beam_score
+
+
+BEAM_SCORE = Exercise(
+    id="07.beam_score",
+    reference=reference_beam_score,
+    cases=_beam_cases,
+    points=1,
+    outputs=("the score",),
+    tolerance=(1e-9, 0.0),
+    checked="α of 0, 0.6 and 1 and lengths from 1 to 25",
+    hint="`log_prob / ((5 + length) / 6) ** alpha`, where `length` counts the generated tokens (<eos> included).",
+    mistakes=(
+        Mistake("no_normalisation", "ranked by the log-probability alone",
+                "Divide by the length penalty `((5 + length) / 6) ** alpha`: without it beam search prefers short "
+                "outputs, whose log-probability has fewer negative terms.", (_beam_like(normalise=False),)),
+        Mistake("wrong_length", "computed the penalty for the wrong length (counting <bos>, or not counting <eos>)",
+                "`length` is already the number of generated tokens; use it as given.",
+                (_beam_like(length_offset=1), _beam_like(length_offset=-1))),
+        Mistake("plain_length_power", "divided by length^α instead of ((5 + length) / 6)^α",
+                "GNMT's penalty (the one §6.1's α = 0.6 belongs to) is `((5 + length) / 6) ** alpha`.",
+                (_beam_like(form="plain"),)),
+        Mistake("multiplied_by_penalty", "multiplied by the length penalty instead of dividing",
+                "The log-probability is divided by lp(Y) ≥ 1, which makes long outputs' scores less negative.",
+                (_beam_like(multiply=True),)),
+    ),
+    mutants=(
+        Mutant("penalty_on_probability", "applies the penalty to the probability, not its log",
+               lambda log_prob, length, alpha: math.log(math.exp(log_prob) / ((5 + length) / 6) ** alpha)),
+        Mutant("exponent_outside", "raises only the numerator to α",
+               lambda log_prob, length, alpha: log_prob / ((5 + length) ** alpha / 6)),
+    ),
+)
+
+register(ENCODER_LAYER, DECODER_LAYER, LABEL_SMOOTHED_LOSS, NOAM_LR, BEAM_SCORE)
