@@ -183,6 +183,7 @@ def _best_pair_cases(generator: torch.Generator) -> list[Case]:
         Case.of(pair_counts=tie, note="(u, g) and (a, g) both 20, (u, g) inserted first"),
         Case.of(pair_counts=dict(reversed(list(tie.items()))), note="the same counts inserted in the opposite order"),
         Case.of(pair_counts={("b", "c"): 3, ("b", "a"): 3, ("c", "a"): 1}, note="a tie decided by the second symbol"),
+        Case.of(pair_counts={("b", "y"): 2, ("a", "z"): 2, ("c", "x"): 1}, note="a tie decided by the first symbol"),
         Case.of(pair_counts={("z", "z"): 1}, note="a single pair"),
         Case.of(pair_counts={("ab", "c"): 4, ("a", "bc"): 4}, note="two pairs that both make abc"),
     ]
@@ -235,7 +236,8 @@ BEST_PAIR = Exercise(
     points=1,
     outputs=("the pair",),
     checked=(
-        "the hug table, a tie of two pairs inserted in both orders, a tie decided by the second symbol, a single pair, "
+        "the hug table, a tie of two pairs inserted in both orders, ties decided by the first and by the second symbol, "
+        "a single pair, "
         "and two tied pairs that both make abc: the most frequent pair, ties broken by the smallest pair in sort order"
     ),
     hint=(
