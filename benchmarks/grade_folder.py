@@ -25,9 +25,9 @@ from tutorial_lib import grade
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def seconds_per_notebook(paths: list[Path], jobs: int, threads: int | None) -> tuple[float, int]:
-    """Wall-clock seconds per notebook and the total score, grading ``paths`` ``jobs`` at a time, each kernel with
-    ``threads`` threads (None: the grader's own sharing of the cores)."""
+def seconds_per_notebook(paths: list[Path], jobs: int, threads: int | None) -> tuple[float, int, list[str]]:
+    """Wall-clock seconds per notebook, the total score and one line per lost point's reason, grading ``paths``
+    ``jobs`` at a time, each kernel with ``threads`` threads (None: the grader's own sharing of the cores)."""
     start = time.perf_counter()
     if threads is None:
         grades = grade.grade_all(paths, jobs=jobs)
@@ -35,7 +35,10 @@ def seconds_per_notebook(paths: list[Path], jobs: int, threads: int | None) -> t
         with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
             grades = list(pool.map(grade.grade_notebook, paths, [grade.DEFAULT_TIMEOUT] * len(paths),
                                    [threads] * len(paths)))
-    return (time.perf_counter() - start) / len(paths), sum(g.points for g in grades)
+    seconds = (time.perf_counter() - start) / len(paths)
+    lost = [f"  {Path(g.path).name} {e.exercise_id} {e.points}/{e.max_points}: {e.summary}"
+            for g in grades for e in g.exercises if e.points < e.max_points]
+    return seconds, sum(g.points for g in grades), lost
 
 
 def main() -> None:
@@ -60,9 +63,11 @@ def main() -> None:
         print(f"{'how':<48} {'kernels':>7} {'threads':>16} {'s / notebook':>13} {'score':>9}")
         results = {}
         for name, jobs, threads, thread_text in runs:
-            per_notebook, score = seconds_per_notebook(paths, jobs, threads)
+            per_notebook, score, lost = seconds_per_notebook(paths, jobs, threads)
             results[name] = per_notebook
             print(f"{name:<48} {jobs:>7} {thread_text:>16} {per_notebook:>13.2f} {score:>9}")
+            for line in lost:  # a copy of a solution that lost points says why
+                print(line)
     print(f"seconds_per_notebook_parallel={results[runs[1][0]]:.2f}")
 
 
