@@ -110,17 +110,7 @@ def beam_search(
     ``n_best``-th finished hypothesis (its log-probability can only fall, and its lp is at most lp(max_len)), which
     never changes the result. ``beam_size=1`` is greedy decoding.
     """
-    for name, value in (("bos", bos), ("eos", eos)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be a non-negative int (a token id), got {value!r}")
-    for name, value in (("max_len", max_len), ("beam_size", beam_size), ("n_best", n_best)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
-    if n_best > beam_size:
-        raise ValueError(f"n_best={n_best} must be <= beam_size={beam_size}")
-    if not (alpha >= 0 and math.isfinite(alpha)):
-        raise ValueError(f"alpha must be a finite number >= 0 (0: no length penalty; §6.1 uses 0.6), got {alpha!r}")
-
+    _check_beam_args(bos, eos, max_len, beam_size, n_best, alpha)
     prefixes = torch.tensor([[bos]], dtype=torch.long, device=device)  # (beam, t): the beam, each BOS first
     log_p = torch.zeros(1, device=device)  # (beam,): log P of each prefix
     finished: list[Hypothesis] = []
@@ -147,6 +137,67 @@ def beam_search(
     return finished[:n_best]
 
 
+BatchLogProbsFn = Callable[[Tensor, Tensor], Tensor]  # (prefixes (n, t), owners (n,)) -> log-probabilities (n, d_vocab)
+
+
+def beam_search_batch(
+    log_probs_fn: BatchLogProbsFn,
+    n_sources: int,
+    *,
+    bos: int,
+    eos: int,
+    max_len: int,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    n_best: int = 1,
+    device: torch.device | str | None = None,
+) -> list[list[Hypothesis]]:
+    """:func:`beam_search` for ``n_sources`` sources at once, the same search step for step: the fast path.
+
+    ``log_probs_fn(prefixes, owners)`` returns the next-token log-probabilities of every prefix, where ``owners[i]``
+    is the index of the source prefix ``i`` belongs to. The beams live side by side in ``(n_sources, beam_size)``
+    slots, a slot whose prefix has finished or was never filled holding log-probability -inf; each step makes one
+    call for every live prefix of every source. Returns each source's ``n_best`` hypotheses, best first, as
+    :func:`beam_search` would (tests check that they agree).
+    """
+    _check_beam_args(bos, eos, max_len, beam_size, n_best, alpha)
+    if isinstance(n_sources, bool) or not isinstance(n_sources, int) or n_sources < 1:
+        raise ValueError(f"n_sources must be a positive int, got {n_sources!r}")
+    prefixes = torch.full((n_sources, beam_size, 1), bos, dtype=torch.long, device=device)
+    log_p = torch.full((n_sources, beam_size), float("-inf"), device=device)
+    log_p[:, 0] = 0.0  # one live prefix per source to start: BOS
+    finished: list[list[Hypothesis]] = [[] for _ in range(n_sources)]
+    for length in range(1, max_len + 1):
+        live = log_p > float("-inf")
+        owners, slots = live.nonzero(as_tuple=True)
+        step_log_probs = _checked_log_probs(log_probs_fn(prefixes[owners, slots], owners), len(owners), eos)
+        d_vocab = step_log_probs.shape[1]
+        candidates = torch.full((n_sources, beam_size, d_vocab), float("-inf"), device=log_p.device)
+        candidates[owners, slots] = log_p[owners, slots, None] + step_log_probs.to(log_p.device)
+        top_log_p, flat_index = candidates.flatten(1).topk(beam_size, dim=1)  # (n_sources, beam_size), best first
+        parent, token = flat_index // d_vocab, flat_index % d_vocab
+        extended = torch.cat([prefixes.gather(1, parent[..., None].expand_as(prefixes)), token[..., None]], dim=2)
+        possible = top_log_p > float("-inf")
+        ends = possible & ((token == eos) | (length == max_len))
+        for source, rank in ends.nonzero().tolist():  # in rank order within each source, as beam_search appends
+            lp = top_log_p[source, rank].item()
+            finished[source].append(Hypothesis(extended[source, rank, 1:].tolist(), lp, lp / length_penalty(length, alpha)))
+        keep = possible & ~ends
+        # The kept extensions move to the first slots, in rank order (a stable sort), like beam_search's extended[~ends].
+        order = (~keep).to(torch.int8).argsort(dim=1, stable=True)
+        prefixes = extended.gather(1, order[..., None].expand_as(extended))
+        log_p = top_log_p.gather(1, order).masked_fill(~keep.gather(1, order), float("-inf"))
+        best_possible = log_p.max(dim=1).values / length_penalty(max_len, alpha)
+        for source in range(n_sources):
+            finished[source].sort(key=lambda h: h.score, reverse=True)
+            done = len(finished[source]) >= n_best and finished[source][n_best - 1].score >= best_possible[source].item()
+            if done:
+                log_p[source] = float("-inf")
+        if not (log_p > float("-inf")).any():
+            break
+    return [hypotheses[:n_best] for hypotheses in finished]
+
+
 def transformer_log_probs_fn(
     model: Transformer, src: Int[Tensor, " key_pos"]
 ) -> Callable[[Int[Tensor, "beam seq"]], Float[Tensor, "beam d_vocab"]]:
@@ -163,6 +214,31 @@ def transformer_log_probs_fn(
     def log_probs_fn(prefixes: Int[Tensor, "beam seq"]) -> Float[Tensor, "beam d_vocab"]:
         with eval_mode(model), torch.no_grad():
             logits = model.decode(prefixes, memory.expand(prefixes.shape[0], -1, -1))[:, -1]
+        return torch.log_softmax(logits, dim=-1)
+
+    return log_probs_fn
+
+
+def transformer_batch_log_probs_fn(
+    model: Transformer, src: Int[Tensor, "batch key_pos"], src_lengths: Int[Tensor, " batch"] | None = None
+) -> BatchLogProbsFn:
+    """The step function of :func:`beam_search_batch` for a batch of (right-padded) sources.
+
+    The sources are encoded once; each call decodes every prefix in full against its own source's memory and
+    padding mask, and returns the last position's log-softmax. The model runs in eval mode.
+    """
+    if src.dim() != 2:
+        raise ValueError(f"src must have shape (batch, key_pos), got {tuple(src.shape)}")
+    if src_lengths is not None and src_lengths.shape != (src.shape[0],):
+        raise ValueError(f"src_lengths must have shape (batch,) = ({src.shape[0]},), got {tuple(src_lengths.shape)}")
+    src_mask = None if src_lengths is None else padding_mask(src_lengths, src.shape[1])
+    with eval_mode(model), torch.no_grad():
+        memory = model.encode(src, src_mask)
+
+    def log_probs_fn(prefixes: Int[Tensor, "n seq"], owners: Int[Tensor, " n"]) -> Float[Tensor, "n d_vocab"]:
+        mask = None if src_mask is None else src_mask[owners]
+        with eval_mode(model), torch.no_grad():
+            logits = model.decode(prefixes, memory[owners], mask)[:, -1]
         return torch.log_softmax(logits, dim=-1)
 
     return log_probs_fn
@@ -190,6 +266,19 @@ def _checked_log_probs(step_log_probs: Tensor, n_prefixes: int, eos: int) -> Ten
     if not torch.allclose(total, torch.zeros_like(total), atol=1e-3):
         raise ValueError("log_probs_fn must return log-probabilities (each row's logsumexp is 0): apply log_softmax to logits")
     return step_log_probs
+
+
+def _check_beam_args(bos: object, eos: object, max_len: object, beam_size: object, n_best: object, alpha: float) -> None:
+    for name, value in (("bos", bos), ("eos", eos)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be a non-negative int (a token id), got {value!r}")
+    for name, value in (("max_len", max_len), ("beam_size", beam_size), ("n_best", n_best)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if n_best > beam_size:
+        raise ValueError(f"n_best={n_best} must be <= beam_size={beam_size}")
+    if not (alpha >= 0 and math.isfinite(alpha)):
+        raise ValueError(f"alpha must be a finite number >= 0 (0: no length penalty; §6.1 uses 0.6), got {alpha!r}")
 
 
 def _check_token_id(name: str, value: object, d_vocab: int) -> None:

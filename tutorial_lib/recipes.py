@@ -32,7 +32,7 @@ import torch
 from tutorial_lib.blocks import DecoderBlock
 from tutorial_lib.data.dates import DateSplits, DateVocab, Seq2SeqBatch, encode_pairs, make_date_splits, pad_sequences
 from tutorial_lib.data.shakespeare import CharDataset, default_cache_dir, get_batch
-from tutorial_lib.decoding import beam_search, greedy_decode, transformer_log_probs_fn
+from tutorial_lib.decoding import beam_search_batch, greedy_decode, transformer_batch_log_probs_fn
 from tutorial_lib.models.gpt import GPT, GPTConfig
 from tutorial_lib.models.transformer import Transformer, TransformerConfig
 from tutorial_lib.training import (
@@ -306,6 +306,12 @@ def _check_texts(texts: Sequence[str], n_ctx: int) -> None:
             raise ValueError(f"texts[{i}] = {text!r} has {len(text)} characters; the model reads at most n_ctx={n_ctx}")
 
 
+def _encode_texts(texts: Sequence[str], device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Padded source ids and their lengths."""
+    sources = [DATE_VOCAB.encode(text) for text in texts]
+    return pad_sequences(sources, DATE_VOCAB.pad_id, device), torch.tensor([len(s) for s in sources], device=device)
+
+
 def normalise_dates(model: Transformer, texts: Sequence[str], *, beam_width: int = 1, batch_size: int = 250) -> list[str]:
     """Each human-written date of ``texts`` in ISO form ("3rd of March 1997" -> "1997-03-03"), as ``model`` writes it:
     greedy decoding (``beam_width=1``, in batches) or beam search with the paper's length penalty α = 0.6."""
@@ -316,18 +322,17 @@ def normalise_dates(model: Transformer, texts: Sequence[str], *, beam_width: int
     outputs: list[str] = []
     if beam_width == 1:
         for start in range(0, len(texts), batch_size):
-            sources = [DATE_VOCAB.encode(text) for text in texts[start : start + batch_size]]
-            src = pad_sequences(sources, DATE_VOCAB.pad_id, device)
-            lengths = torch.tensor([len(s) for s in sources], device=device)
+            src, lengths = _encode_texts(texts[start : start + batch_size], device)
             tokens = greedy_decode(model, src, bos=DATE_VOCAB.bos_id, eos=DATE_VOCAB.eos_id, max_len=DATE_MAX_LEN,
                                    src_lengths=lengths)
             outputs += [DATE_VOCAB.decode(row) for row in tokens.cpu()]
         return outputs
-    for text in texts:
-        src = torch.tensor(DATE_VOCAB.encode(text), device=device)
-        (best,) = beam_search(transformer_log_probs_fn(model, src), bos=DATE_VOCAB.bos_id, eos=DATE_VOCAB.eos_id,
-                              max_len=DATE_MAX_LEN, beam_size=beam_width, alpha=0.6, device=device)
-        outputs.append(DATE_VOCAB.decode(best.tokens))
+    for start in range(0, len(texts), batch_size):  # beam search, batch_size sources side by side
+        src, lengths = _encode_texts(texts[start : start + batch_size], device)
+        step = transformer_batch_log_probs_fn(model, src, lengths)
+        beams = beam_search_batch(step, len(src), bos=DATE_VOCAB.bos_id, eos=DATE_VOCAB.eos_id, max_len=DATE_MAX_LEN,
+                                  beam_size=beam_width, alpha=0.6, device=device)
+        outputs += [DATE_VOCAB.decode(best.tokens) for (best,) in beams]
     return outputs
 
 
