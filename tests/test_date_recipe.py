@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
 
 import pytest
 import torch
@@ -18,7 +19,7 @@ from tutorial_lib.recipes import (
     seq2seq_loss,
     train_date_transformer,
 )
-from tutorial_lib.data.dates import encode_pairs
+from tutorial_lib.data.dates import DATE_FORMATS, encode_pairs, field_spans, make_date_pairs, make_labelled_date_pairs
 from tutorial_lib.models.transformer import Transformer
 from tutorial_lib.recipes import DATE_VOCAB
 
@@ -92,3 +93,27 @@ def test_normalise_dates_names_the_offending_input(texts, message):
 def test_normalise_dates_refuses_a_bad_beam_width():
     with pytest.raises(ValueError, match="beam_width must be a positive int"):
         normalise_dates(Transformer(TINY), ["3 March 1997"], beam_width=0)
+
+
+def test_labelled_pairs_are_the_pairs_with_their_formats():
+    labelled = make_labelled_date_pairs(3_000, seed=0)
+    assert [(source, iso) for source, iso, _ in labelled] == make_date_pairs(3_000, seed=0)
+    assert {name for *_, name in labelled} == set(DATE_FORMATS)
+    assert all(DATE_FORMATS[name](datetime.date.fromisoformat(iso)) == source for source, iso, name in labelled)
+
+
+@pytest.mark.parametrize(("source", "iso", "spans"), [
+    ("3rd of March 1997", "1997-03-03", {"month": (7, 12), "year": (13, 17)}),
+    ("Mon 3 Mar 1997", "1997-03-03", {"month": (6, 9), "year": (10, 14)}),
+    ("3 MAR 1997", "1997-03-03", {"month": (2, 5), "year": (6, 10)}),
+    ("03/03/03", "2003-03-03", {"year": (6, 8)}),  # the last "03" is the year
+    ("3-Mar-97", "1997-03-03", {"month": (2, 5), "year": (6, 8)}),
+    ("2020-2-20", "2020-02-20", {"year": (0, 4)}),
+])
+def test_field_spans_find_the_month_name_and_the_year(source, iso, spans):
+    assert field_spans(source, iso) == spans
+
+
+def test_field_spans_refuse_a_source_without_the_year():
+    with pytest.raises(ValueError, match="does not write the year of 1997-03-03"):
+        field_spans("3 March", "1997-03-03")

@@ -80,17 +80,50 @@ def make_date_pairs(n: int, seed: int) -> list[tuple[str, str]]:
     Deterministic per ``seed`` (Python's ``random.Random``, whose ``sample`` and ``choice`` are stable across
     versions). Because the dates are distinct, any partition of the list shares no date between its parts.
     """
+    return [(source, iso) for source, iso, _ in make_labelled_date_pairs(n, seed)]
+
+
+def make_labelled_date_pairs(n: int, seed: int) -> list[tuple[str, str, str]]:
+    """The pairs of :func:`make_date_pairs` (the same, for the same ``n`` and ``seed``), each with the name of
+    its format in :data:`DATE_FORMATS`: ``(human date, ISO date, format name)``."""
     if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= N_DATES:
         raise ValueError(f"n must be an int in [0, {N_DATES}] (there are {N_DATES} dates in range), got {n!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
     rng = random.Random(seed)
-    formats = list(DATE_FORMATS.values())
-    pairs = []
+    names = list(DATE_FORMATS)
+    triples = []
     for offset in rng.sample(range(N_DATES), n):
         date = FIRST_DATE + datetime.timedelta(days=offset)
-        pairs.append((rng.choice(formats)(date), date.isoformat()))
-    return pairs
+        name = rng.choice(names)
+        triples.append((DATE_FORMATS[name](date), date.isoformat(), name))
+    return triples
+
+
+def field_spans(source: str, iso: str) -> dict[str, tuple[int, int]]:
+    """Where the year and, when it is written as a name, the month stand in ``source``: ``{"year": (start, end),
+    "month": (start, end)}`` as character slices (``"month"`` only for a name such as "March", "Mar" or "MAR").
+
+    The year is the last occurrence of its four digits, or else of its last two (``03/03/97``, ``3-Mar-97``).
+    """
+    date = datetime.date.fromisoformat(iso)
+    lower = source.lower()
+    spans = {}
+    year = str(date.year)
+    start = lower.rfind(year)
+    if start < 0:
+        year = year[2:]
+        start = lower.rfind(year)
+    if start < 0:
+        raise ValueError(f"source={source!r} does not write the year of {iso}")
+    spans["year"] = (start, start + len(year))
+    name = _month(date).lower()
+    for candidate in (name, name[:3]):
+        start = lower.find(candidate)
+        if start >= 0:
+            spans["month"] = (start, start + len(candidate))
+            break
+    return spans
 
 
 class DateSplits(NamedTuple):
