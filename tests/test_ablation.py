@@ -155,3 +155,71 @@ def test_a_readers_own_change_runs_and_is_cached_by_its_code(dataset, tmp_path):
 def test_steps_must_be_a_positive_int(steps, dataset, tmp_path, without_annotation_checks):
     with without_annotation_checks(), pytest.raises(ValueError, match="steps must be a positive int"):
         run_ablation("baseline", steps=steps, dataset=dataset, cache_dir=tmp_path)
+
+
+# --- reading the results (chapter 11) ---------------------------------------------------------------------------------
+
+
+def test_the_chapters_rows_are_registered_in_order():
+    assert ablation.CHAPTER_ROWS[0] == "baseline" and len(ablation.CHAPTER_ROWS) == 10
+    assert set(ablation.CHAPTER_ROWS) <= set(CHANGES)
+
+
+def test_within_noise_compares_each_row_with_k_sample_standard_deviations():
+    baseline = [2.0, 2.2]  # mean 2.1, sample std 0.1414...
+    sigma = math.sqrt(0.02)
+    rows = {"inside": 2.1 + 1.99 * sigma, "outside": 2.1 + 2.01 * sigma, "better, outside": 2.1 - 2.01 * sigma,
+            "diverged": float("nan"), "exploded": float("inf")}
+    assert ablation.within_noise(baseline, rows) == {"inside": True, "outside": False, "better, outside": False,
+                                                       "diverged": False, "exploded": False}
+    assert ablation.within_noise(baseline, {"row": 2.1 + 0.9 * sigma}, k=1.0) == {"row": True}
+    assert ablation.within_noise(baseline, {"row": 2.1 + 1.1 * sigma}, k=1.0) == {"row": False}
+    assert ablation.within_noise((1.0, 1.0, 1.0), {"same": 1.0, "other": 1.0 + 1e-9}) == {"same": True, "other": False}
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (([2.0], {"a": 2.0}), "baseline_losses must be a sequence of at least two"),
+    (([2.0, float("nan")], {"a": 2.0}), "baseline_losses must be a sequence of at least two finite"),
+    (("22", {"a": 2.0}), "baseline_losses"),
+    (([2.0, 2.1], [2.0]), "row_losses must map row names to losses"),
+    (([2.0, 2.1], {"a": "2.0"}), "row_losses"),
+    (([2.0, 2.1], {"a": 2.0}, 0.0), "k must be a positive number"),
+])
+def test_within_noise_refuses_bad_input(args, message, without_annotation_checks):
+    with without_annotation_checks(), pytest.raises(ValueError, match=message):
+        ablation.within_noise(*args)
+
+
+def test_the_gradient_probe_is_the_norm_of_each_blocks_gradient_and_clears_old_gradients():
+    model = build_ablated_model("baseline").double()
+    tokens, targets = TOKENS[:, :-1], TOKENS[:, 1:]
+    logits = model(tokens)
+    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+    expected = []
+    for block in model.blocks:
+        params = list(block.parameters())
+        grads = torch.autograd.grad(loss, params, retain_graph=True)
+        expected.append(torch.cat([g.flatten() for g in grads]).norm())
+    loss.backward()  # stale gradients: the probe must clear them
+    norms = ablation.block_gradient_norms(model, tokens, targets)
+    torch.testing.assert_close(norms, torch.stack(expected))
+    assert norms.shape == (ablation.ABLATION_GPT_CONFIG.n_layers,) and not norms.requires_grad
+    assert torch.equal(ablation.block_gradient_norms(model, tokens, targets), norms)  # called again: the same
+
+
+def test_the_gradient_probe_refuses_bad_input(without_annotation_checks):
+    model = build_ablated_model("baseline")
+    with without_annotation_checks():
+        with pytest.raises(ValueError, match="tokens and targets must both have shape"):
+            ablation.block_gradient_norms(model, TOKENS, TOKENS[:, 1:])
+        with pytest.raises(ValueError, match="ModuleList `blocks`"):
+            ablation.block_gradient_norms(nn.Linear(3, 3), TOKENS, TOKENS)
+
+
+def test_the_loss_by_position_averages_to_the_validation_loss(dataset):
+    model = build_ablated_model("baseline")
+    by_position = ablation.validation_loss_by_position(model, dataset, n_batches=2)
+    assert by_position.shape == (ablation.ABLATION_GPT_CONFIG.n_ctx,) and model.training
+    assert math.isclose(by_position.mean().item(), ablation.validation_loss(model, dataset, n_batches=2), rel_tol=1e-5)
+    with pytest.raises(ValueError, match="n_batches must be a positive int"):
+        ablation.validation_loss_by_position(model, dataset, n_batches=0)

@@ -25,13 +25,14 @@ import inspect
 import itertools
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from jaxtyping import Bool, Float
+import torch.nn.functional as F
+from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
 from tutorial_lib import __version__
@@ -200,6 +201,12 @@ for _change in (
 ):
     register_change(_change)
 
+# Chapter 11's table: the reference and one removal per row, in the order of issue 13.
+CHAPTER_ROWS: tuple[str, ...] = (
+    "baseline", "no_scaling", "no_causal_mask", "no_positions", "no_residuals", "no_norm", "no_ffn", "one_head",
+    "post_norm", "no_warmup",
+)
+
 
 def set_causal(model: nn.Module, causal: bool) -> None:
     """Switch the causal mask of a ``no_causal_mask`` model on (the honest evaluation) or off (as it was trained)."""
@@ -336,3 +343,68 @@ def run_ablation(
         path.parent.mkdir(parents=True, exist_ok=True)
         torch.save({"model": model.state_dict(), "result": result}, path)
     return AblationResult(model=model.eval(), **result)
+
+
+# --- reading the results ----------------------------------------------------------------------------------------------
+
+
+def within_noise(baseline_losses: Sequence[float], row_losses: Mapping[str, float], k: float = 2.0) -> dict[str, bool]:
+    """Which rows of an ablation table differ from the baseline by no more than the noise between seeds.
+
+    The noise σ is the sample standard deviation (n - 1 in the denominator) of the baseline's final losses, one per
+    seed; a row's difference is its loss minus the baseline's mean. A row is within the noise (True) when
+    |loss - mean| <= k·σ: a single run lands that far from its own mean by chance alone. A row whose loss is not a
+    finite number (a diverged run) is never within the noise.
+    """
+    losses = list(baseline_losses) if isinstance(baseline_losses, Sequence) and not isinstance(baseline_losses, str) else None
+    if losses is None or len(losses) < 2 or not all(_is_number(loss) and math.isfinite(loss) for loss in losses):
+        raise ValueError(f"baseline_losses must be a sequence of at least two finite losses (one per seed), got {baseline_losses!r}")
+    if not isinstance(row_losses, Mapping) or not all(_is_number(loss) for loss in row_losses.values()):
+        raise ValueError(f"row_losses must map row names to losses, got {row_losses!r}")
+    if not _is_number(k) or not k > 0:
+        raise ValueError(f"k must be a positive number of standard deviations, got {k!r}")
+    mean = sum(losses) / len(losses)
+    sigma = math.sqrt(sum((loss - mean) ** 2 for loss in losses) / (len(losses) - 1))
+    return {name: abs(loss - mean) <= k * sigma for name, loss in row_losses.items()}
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def block_gradient_norms(
+    model: nn.Module, tokens: Int[Tensor, "batch seq"], targets: Int[Tensor, "batch seq"]
+) -> Float[Tensor, " n_layers"]:
+    """The gradient-flow probe: for each block of ``model``, the norm ‖∂L/∂θ‖₂ over all of that block's parameters,
+    where L is the mean next-token cross-entropy of one batch. Gradients the model already holds are cleared first;
+    afterwards the model holds this batch's."""
+    if tokens.dim() != 2 or tokens.shape != targets.shape:
+        raise ValueError(f"tokens and targets must both have shape (batch, seq), got {tuple(tokens.shape)} and "
+                         f"{tuple(targets.shape)}")
+    blocks = getattr(model, "blocks", None)
+    if not isinstance(blocks, nn.ModuleList) or len(blocks) == 0:
+        raise ValueError(f"model must hold its layers in a non-empty ModuleList `blocks`, got {type(model).__name__}")
+    model.zero_grad(set_to_none=True)
+    logits = model(tokens)
+    F.cross_entropy(logits.flatten(0, 1), targets.flatten()).backward()
+    norms = []
+    for block in blocks:
+        squares = [p.grad.pow(2).sum() for p in block.parameters() if p.grad is not None]
+        norms.append(torch.stack(squares).sum().sqrt() if squares else torch.zeros(()))
+    return torch.stack(norms).detach()
+
+
+@torch.no_grad()
+def validation_loss_by_position(model: nn.Module, dataset: CharDataset, *, n_batches: int | None = None) -> Float[Tensor, " seq"]:
+    """The mean next-token loss at each position of the validation windows (the first ``n_batches`` batches, default
+    all): position t has read t + 1 characters of its window."""
+    if n_batches is not None and (isinstance(n_batches, bool) or not isinstance(n_batches, int) or n_batches < 1):
+        raise ValueError(f"n_batches must be a positive int or None, got {n_batches!r}")
+    was_training = model.training
+    model.eval()
+    try:
+        batches = validation_batches(dataset, model.cfg.n_ctx)[:n_batches]
+        total = sum(F.cross_entropy(model(x).transpose(1, 2), y, reduction="none").sum(dim=0) for x, y in batches)
+        return total / sum(len(x) for x, _ in batches)
+    finally:
+        model.train(was_training)

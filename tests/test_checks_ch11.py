@@ -1,0 +1,221 @@
+"""Chapter 11's checks: answers written as learners write them, right and wrong (independently of the catalogue)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tutorial_lib.ablation import Skip
+from tutorial_lib.checks import check, get_exercise
+
+# --- 11.remove_attention ----------------------------------------------------------------------------------------------
+
+
+class Nothing(nn.Module):
+    """A learner's own skip: ignores the sublayer and hands the stream back."""
+
+    def forward(self, x, sublayer):
+        return x
+
+
+def surgery_right(model):
+    for i in range(len(model.blocks)):
+        model.blocks[i].attn_residual = Nothing()
+        model.blocks[i].attn = None
+
+
+def surgery_returning_model(model):
+    for block in model.blocks:
+        del block.attn
+        block.attn_residual = Skip()
+    return model
+
+
+def surgery_like(**wrong):
+    def remove_attention(model):
+        blocks = model.blocks[:1] if wrong.get("first_only") else model.blocks
+        for block in blocks:
+            if wrong.get("zero"):
+                with torch.no_grad():
+                    block.attn.out_proj.weight.mul_(0)
+                    block.attn.out_proj.bias.mul_(0)
+            elif wrong.get("ffn"):
+                block.ffn_residual = Nothing()
+                block.ffn = None
+            elif wrong.get("keep_residual"):
+                block.attn = type("Same", (nn.Module,), {"forward": lambda self, h, **kw: h})()
+            elif wrong.get("keep_weights"):
+                block.attn_residual = Nothing()
+            else:
+                block.attn_residual = Nothing()
+                block.attn = None
+
+    return remove_attention
+
+
+def no_blocks(model):
+    del model.blocks[:]
+
+
+# --- 11.block_gradient_norms ------------------------------------------------------------------------------------------
+
+
+def probe_right(model, tokens, targets):
+    for p in model.parameters():
+        p.grad = None
+    loss = F.cross_entropy(model(tokens).transpose(1, 2), targets)
+    grads = torch.autograd.grad(loss, [p for p in model.parameters()], allow_unused=True)
+    by_param = {id(p): g for p, g in zip(model.parameters(), grads)}
+    out = []
+    for block in model.blocks:
+        flat = torch.cat([by_param[id(p)].reshape(-1) for p in block.parameters() if by_param[id(p)] is not None])
+        out.append(torch.linalg.vector_norm(flat))
+    return torch.stack(out)
+
+
+def probe_as_list(model, tokens, targets):
+    model.zero_grad()
+    F.cross_entropy(model(tokens).flatten(0, 1), targets.flatten()).backward()
+    return [math.sqrt(sum(float((p.grad**2).sum()) for p in block.parameters() if p.grad is not None))
+            for block in model.blocks]
+
+
+def probe_like(**wrong):
+    def block_gradient_norms(model, tokens, targets):
+        if not wrong.get("no_zero"):
+            for p in model.parameters():
+                p.grad = None
+        logits = model(tokens)
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1),
+                               reduction="sum" if wrong.get("sum") else "mean")
+        loss.backward()
+        result = []
+        for block in model.blocks:
+            params = [p for p in block.parameters() if p.grad is not None]
+            if wrong.get("matrices"):
+                params = [p for p in params if p.ndim == 2]
+            values = [p.data if wrong.get("weights") else p.grad for p in params]
+            if wrong.get("add_norms"):
+                result.append(sum(torch.linalg.norm(v) for v in values))
+            elif wrong.get("mean_abs"):
+                result.append(torch.cat([v.abs().flatten() for v in values]).mean())
+            else:
+                result.append(torch.linalg.vector_norm(torch.cat([v.flatten() for v in values])))
+        return torch.stack(result)
+
+    return block_gradient_norms
+
+
+# --- 11.within_noise --------------------------------------------------------------------------------------------------
+
+
+def noise_right(baseline_losses, row_losses, k=2.0):
+    values = np.array(baseline_losses, dtype=float)
+    if values.size < 2:
+        raise ValueError("baseline_losses: need two seeds or more")
+    sigma = values.std(ddof=1)
+    return {row: bool(np.abs(loss - values.mean()) <= k * sigma) for row, loss in row_losses.items()}
+
+
+def noise_numpy_bools(baseline_losses, row_losses, k=2.0):
+    values = np.array(baseline_losses, dtype=float)
+    if len(values) < 2:
+        raise ValueError("too few")
+    return {row: np.abs(loss - values.mean()) <= k * values.std(ddof=1) for row, loss in row_losses.items()}
+
+
+def noise_like(**wrong):
+    def within_noise(baseline_losses, row_losses, k=2.0):
+        n = len(baseline_losses)
+        if n < 2:
+            raise ValueError("baseline_losses needs at least two values")
+        mean = sum(baseline_losses) / n
+        var = sum((x - mean) ** 2 for x in baseline_losses) / (n if wrong.get("pop") else n - 1)
+        sigma = var if wrong.get("var") else math.sqrt(var)
+        if wrong.get("sem"):
+            sigma = sigma / math.sqrt(n)
+        centre = baseline_losses[0] if wrong.get("first") else mean
+        limit = sigma if wrong.get("no_k") else k * sigma
+        marks = {}
+        for row, loss in row_losses.items():
+            diff = loss - centre
+            marks[row] = (diff if wrong.get("signed") else abs(diff)) <= limit
+        return marks
+
+    return within_noise
+
+
+def noise_numpy_default_std(baseline_losses, row_losses, k=2.0):
+    if len(baseline_losses) < 2:
+        raise ValueError("need two")
+    values = np.asarray(baseline_losses)
+    return {row: bool(abs(loss - values.mean()) <= k * values.std()) for row, loss in row_losses.items()}
+
+
+LEARNER_MISTAKES = [
+    ("11.remove_attention", surgery_like(keep_residual=True), "identity_inside_residual"),
+    ("11.remove_attention", surgery_like(first_only=True), "first_block_only"),
+    ("11.remove_attention", surgery_like(zero=True), "zeroed_output_projection"),
+    ("11.remove_attention", surgery_like(ffn=True), "removed_ffn_instead"),
+    ("11.remove_attention", no_blocks, "removed_whole_blocks"),
+    ("11.remove_attention", surgery_like(keep_weights=True), "left_attention_parameters"),
+    ("11.block_gradient_norms", probe_like(no_zero=True), "stale_gradients"),
+    ("11.block_gradient_norms", probe_like(weights=True), "norm_of_weights"),
+    ("11.block_gradient_norms", probe_like(add_norms=True), "sum_of_norms"),
+    ("11.block_gradient_norms", probe_like(mean_abs=True), "mean_absolute_gradient"),
+    ("11.block_gradient_norms", probe_like(matrices=True), "weight_matrices_only"),
+    ("11.block_gradient_norms", probe_like(sum=True), "summed_loss"),
+    ("11.within_noise", noise_like(pop=True), "population_std"),
+    ("11.within_noise", noise_numpy_default_std, "population_std"),
+    ("11.within_noise", noise_like(signed=True), "signed_difference"),
+    ("11.within_noise", noise_like(first=True), "first_seed_as_baseline"),
+    ("11.within_noise", noise_like(var=True), "variance_not_std"),
+    ("11.within_noise", noise_like(sem=True), "standard_error"),
+    ("11.within_noise", noise_like(no_k=True), "ignored_k"),
+]
+
+
+@pytest.mark.parametrize(("exercise_id", "learner", "mistake"), LEARNER_MISTAKES,
+                         ids=[f"{e}-{m}-{i}" for i, (e, _, m) in enumerate(LEARNER_MISTAKES)])
+def test_a_learners_mistake_is_named(exercise_id, learner, mistake):
+    result = check(exercise_id, learner)
+    named = next(m for m in get_exercise(exercise_id).mistakes if m.name == mistake)
+    assert result.points == 0 and result.mistake == mistake, result.verdict
+    assert f"It looks like you {named.description}." in result.verdict
+
+
+def test_every_catalogued_mistake_has_a_learner_version_here():
+    exercises = ("11.remove_attention", "11.block_gradient_norms", "11.within_noise")
+    catalogued = {(e, m.name) for e in exercises for m in get_exercise(e).mistakes}
+    assert catalogued == {(e, m) for e, _, m in LEARNER_MISTAKES}
+
+
+@pytest.mark.parametrize(("exercise_id", "answer"), [
+    ("11.remove_attention", surgery_right), ("11.remove_attention", surgery_returning_model),
+    ("11.remove_attention", surgery_like()), ("11.block_gradient_norms", probe_right),
+    ("11.block_gradient_norms", probe_as_list), ("11.block_gradient_norms", probe_like()),
+    ("11.within_noise", noise_right), ("11.within_noise", noise_numpy_bools), ("11.within_noise", noise_like()),
+])
+def test_a_correct_answer_written_differently_passes(exercise_id, answer):
+    result = check(exercise_id, answer)
+    assert result.passed, result.verdict
+
+
+def test_a_surgery_that_returns_something_else_is_told_what_is_expected():
+    result = check("11.remove_attention", lambda model: "done")
+    assert result.kind == "wrong_type" and "edit the model in place" in result.verdict
+
+
+def test_a_noise_reader_that_does_not_refuse_a_single_seed_loses_its_point():
+    def no_check(baseline_losses, row_losses, k=2.0):
+        mean = float(np.mean(baseline_losses))
+        sigma = float(np.std(baseline_losses, ddof=1)) if len(baseline_losses) > 1 else 0.0
+        return {row: abs(loss - mean) <= k * sigma for row, loss in row_losses.items()}
+
+    result = check("11.within_noise", no_check)
+    assert result.points == 0 and "ValueError" in result.verdict, result.verdict

@@ -1,0 +1,101 @@
+"""Chapter 11's figures and widget: they draw what they are given, refuse what they cannot draw, and leave no side output."""
+
+from __future__ import annotations
+
+import ipywidgets as widgets
+import pytest
+import torch
+from matplotlib.figure import Figure
+
+from tutorial_lib.ablation import AblationResult
+from tutorial_lib.widgets.ablation_curves import (
+    BASELINE_COLOR,
+    ablation_curves_widget,
+    plot_ablation_curves,
+    plot_curve_overlay,
+    plot_gradient_norms,
+    plot_position_losses,
+    row_colors,
+)
+
+
+def fake_run(name: str, level: float, seed: int = 0) -> AblationResult:
+    steps = list(range(0, 100, 10)) + [99]
+    return AblationResult(
+        change=name, seed=seed, steps=steps, train_loss=[level + 4.0 / (1 + s) for s in steps],
+        eval_steps=[50, 100], val_loss=[level + 0.5, level + 0.1], final_val_loss=level + 0.1, seconds=1.0,
+        n_parameters=10, model=torch.nn.Linear(1, 1),
+    )
+
+
+RUNS = {"baseline": fake_run("baseline", 2.0), "no_ffn": fake_run("no_ffn", 2.3), "no_norm": fake_run("no_norm", 2.2),
+        "no_positions": fake_run("no_positions", 2.1)}
+
+
+def visible_axes(fig: Figure) -> list:
+    return [ax for ax in fig.axes if ax.get_visible()]
+
+
+def test_row_colors_are_stable_and_grey_for_the_baseline():
+    colors = row_colors(list(RUNS))
+    assert colors["baseline"] == BASELINE_COLOR and len(set(colors.values())) == len(RUNS)
+    assert row_colors(list(RUNS)) == colors
+
+
+def test_small_multiples_have_a_panel_per_row_and_one_for_the_seeds():
+    fig = plot_ablation_curves(RUNS, reference_loss=3.3)
+    assert len(visible_axes(fig)) == 3  # three rows besides the baseline
+    seeds = [fake_run("baseline", 2.0 + 0.01 * s, seed=s) for s in range(3)]
+    fig = plot_ablation_curves(RUNS, baseline_seeds=seeds, reference_loss=3.3)
+    panels = visible_axes(fig)
+    assert len(panels) == 4 and len(panels[-1].lines) == 3 + 1  # three seeds and the reference line
+    first = panels[0]
+    assert first.get_title().startswith("no_ffn: 2.400") and len(first.lines) >= 4  # the row and the baseline, twice
+
+
+def test_the_overlay_draws_the_chosen_rows_and_curve():
+    fig = plot_curve_overlay(RUNS, ["baseline", "no_norm"], curve="training")
+    (ax,) = fig.axes
+    assert [line.get_label() for line in ax.lines] == ["baseline", "no_norm"]
+    assert list(ax.lines[1].get_ydata()) == RUNS["no_norm"].train_loss
+    fig = plot_curve_overlay(RUNS, ["no_ffn"], reference_loss=3.3)
+    assert list(fig.axes[0].lines[0].get_ydata()) == RUNS["no_ffn"].val_loss
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda: plot_ablation_curves({}), "results must be a non-empty mapping"),
+    (lambda: plot_ablation_curves(RUNS, baseline="reference"), "unknown"),
+    (lambda: plot_ablation_curves(RUNS, ncols=0), "ncols must be a positive int"),
+    (lambda: plot_curve_overlay(RUNS, ["no_such_row"]), "rows must name runs"),
+    (lambda: plot_curve_overlay(RUNS, ["baseline"], curve="test"), "curve must be one of"),
+    (lambda: ablation_curves_widget(RUNS, curve="test"), "curve must be one of"),
+    (lambda: plot_position_losses({}), "curves must be a non-empty mapping"),
+    (lambda: plot_gradient_norms({}), "norms must be a non-empty mapping"),
+])
+def test_bad_input_is_refused(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_the_widget_redraws_when_a_control_moves():
+    box = ablation_curves_widget(RUNS, ["baseline", "no_ffn"], reference_loss=3.3)
+    assert isinstance(box, widgets.VBox)
+    controls, image = box.children
+    choose, which = controls.children
+    first = bytes(image.value)
+    assert first.startswith(b"\x89PNG")
+    which.value = "training"
+    assert bytes(image.value) != first
+    second = bytes(image.value)
+    choose.value = ("no_norm",)
+    assert bytes(image.value) != second
+
+
+def test_position_losses_and_gradient_norms_are_drawn_on_log_scales():
+    fig = plot_position_losses({"baseline": torch.linspace(2.6, 2.0, 8), "cheat": torch.full((8,), 0.01)},
+                               references={"uniform": 4.17})
+    (ax,) = fig.axes
+    assert ax.get_yscale() == "log" and len(ax.lines) == 3
+    fig = plot_gradient_norms({"init": torch.tensor([1.0, 0.5, 0.2]), "trained": torch.tensor([1e-9, 1e-6, 1e-2])})
+    (ax,) = fig.axes
+    assert ax.get_yscale() == "log" and [line.get_label() for line in ax.lines] == ["init", "trained"]

@@ -1,0 +1,188 @@
+"""Chapter 11's figures: the ablation rows' loss curves, the loss by position, and gradient norms per block.
+
+Pure functions take the runs (:class:`~tutorial_lib.ablation.AblationResult`, or anything with the same curve
+fields) and return figures; :func:`ablation_curves_widget` is a thin ipywidgets wrapper over :func:`plot_curve_overlay`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import ipywidgets as widgets
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from torch import Tensor
+
+from tutorial_lib.ablation import AblationResult
+from tutorial_lib.widgets._plotting import figure_png, new_figure
+
+CURVES = ("validation", "training")
+BASELINE_COLOR = "0.45"
+_PALETTE = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive",
+            "tab:cyan", "navy", "darkgoldenrod", "teal")
+
+
+def row_colors(rows: Sequence[str], baseline: str = "baseline") -> dict[str, str]:
+    """One colour per row, grey for the baseline, in the order given (the same row keeps its colour everywhere)."""
+    colors, others = {}, iter(_PALETTE * (1 + len(rows) // len(_PALETTE)))
+    for row in rows:
+        colors[row] = BASELINE_COLOR if row == baseline else next(others)
+    return colors
+
+
+def _check_results(results: Mapping[str, AblationResult], rows: Sequence[str]) -> None:
+    if not isinstance(results, Mapping) or not results:
+        raise ValueError(f"results must be a non-empty mapping from row names to runs, got {type(results).__name__}")
+    missing = [row for row in rows if row not in results]
+    if missing:
+        raise ValueError(f"rows must name runs of results ({sorted(results)}), got unknown {missing}")
+
+
+def _draw(ax: Axes, result: AblationResult, color: str, label: str, curve: str, *, thin: bool = False) -> None:
+    if curve == "training":
+        ax.plot(result.steps, result.train_loss, color=color, lw=0.8 if thin else 1.2, label=label)
+    else:
+        ax.plot(result.eval_steps, result.val_loss, "o-", color=color, ms=3, lw=1.2, label=label)
+
+
+def plot_ablation_curves(
+    results: Mapping[str, AblationResult],
+    *,
+    baseline: str = "baseline",
+    baseline_seeds: Sequence[AblationResult] = (),
+    reference_loss: float | None = None,
+    reference_label: str = "unigram entropy",
+    ncols: int = 2,
+) -> Figure:
+    """Small multiples: one panel per row other than ``baseline``, its training loss (line) and validation loss
+    (dots) over the baseline's in grey, with a dashed ``reference_loss`` line; a last panel overlays the
+    ``baseline_seeds`` runs (the noise between seeds), when given. Panels share their axes."""
+    _check_results(results, [baseline])
+    if isinstance(ncols, bool) or not isinstance(ncols, int) or ncols < 1:
+        raise ValueError(f"ncols must be a positive int, got {ncols!r}")
+    rows = [row for row in results if row != baseline]
+    n_panels = len(rows) + bool(baseline_seeds)
+    nrows = max(1, -(-n_panels // ncols))
+    fig, axes = new_figure(nrows, ncols, figsize=(4.2 * ncols, 2.5 * nrows), sharex=True, sharey=True, squeeze=False)
+    colors = row_colors(list(results), baseline)
+    flat = [ax for line in axes for ax in line]
+    for ax, row in zip(flat, rows):
+        for name, color in ((baseline, BASELINE_COLOR), (row, colors[row])):
+            _draw(ax, results[name], color, name, "training", thin=True)
+            _draw(ax, results[name], color, f"{name}, validation", "validation")
+        ax.set_title(f"{row}: {results[row].final_val_loss:.3f} ({results[baseline].final_val_loss:.3f})", fontsize=9)
+    if baseline_seeds:
+        ax = flat[len(rows)]
+        seed_colors = row_colors([f"seed {r.seed}" for r in baseline_seeds], baseline="")
+        for result in baseline_seeds:
+            _draw(ax, result, seed_colors[f"seed {result.seed}"], f"seed {result.seed}", "validation")
+        ax.set_title(f"{baseline}, {len(baseline_seeds)} seeds (validation)", fontsize=9)
+        ax.legend(fontsize=7, ncols=2)
+    for ax in flat[:n_panels]:
+        if reference_loss is not None:
+            ax.axhline(reference_loss, color="k", ls="--", lw=0.8)
+        ax.grid(alpha=0.3)
+        ax.set_ylim(0, None)
+    for ax in flat[n_panels:]:
+        ax.set_visible(False)
+    for ax in flat[:n_panels][-ncols:]:
+        ax.set_xlabel("update")
+        ax.tick_params(labelbottom=True)
+    for line in axes:
+        line[0].set_ylabel("loss (nats)")
+    handles = [
+        flat[0].plot([], [], color="k", lw=0.8, label="training (one batch)")[0],
+        flat[0].plot([], [], "o-", color="k", ms=3, label="validation")[0],
+    ]
+    if reference_loss is not None:
+        handles.append(flat[0].plot([], [], "k--", lw=0.8, label=reference_label)[0])
+    fig.legend(handles=handles, loc="outside upper center", ncols=len(handles), fontsize=8,
+               title=f"each panel: the row in colour, {baseline} in grey; title: final validation loss (baseline's)",
+               title_fontsize=8)
+    return fig
+
+
+def plot_curve_overlay(
+    results: Mapping[str, AblationResult], rows: Sequence[str], *, curve: str = "validation",
+    reference_loss: float | None = None, ax: Axes | None = None,
+) -> Figure:
+    """The ``curve`` ("validation" or "training") of each of ``rows`` on one pair of axes."""
+    _check_results(results, rows)
+    if curve not in CURVES:
+        raise ValueError(f"curve must be one of {CURVES}, got {curve!r}")
+    if ax is None:
+        fig, ax = new_figure(1, 1, figsize=(6.0, 3.8))
+    else:
+        fig = ax.figure
+    colors = row_colors(list(results))
+    for row in rows:
+        _draw(ax, results[row], colors[row], row, curve)
+    if reference_loss is not None:
+        ax.axhline(reference_loss, color="k", ls="--", lw=0.8, label="unigram entropy")
+    ax.set_xlabel("update")
+    ax.set_ylabel(f"{curve} loss (nats)")
+    ax.set_ylim(0, None)
+    ax.grid(alpha=0.3)
+    if rows:
+        ax.legend(fontsize=7, ncols=2)
+    return fig
+
+
+def ablation_curves_widget(
+    results: Mapping[str, AblationResult], rows: Sequence[str] | None = None, *, curve: str = "validation",
+    reference_loss: float | None = None,
+) -> widgets.VBox:
+    """Pick the rows to overlay and the curve to show; the picture is :func:`plot_curve_overlay`'s."""
+    rows = list(results) if rows is None else list(rows)
+    _check_results(results, rows)
+    if curve not in CURVES:
+        raise ValueError(f"curve must be one of {CURVES}, got {curve!r}")
+    choose = widgets.SelectMultiple(options=list(results), value=rows, rows=min(len(results), 10), description="rows")
+    which = widgets.ToggleButtons(options=CURVES, value=curve, description="curve")
+    image = widgets.Image(format="png")  # its PNG lives in the widget state: no side output for nbval
+
+    def redraw(_change: object = None) -> None:
+        image.value = figure_png(plot_curve_overlay(results, list(choose.value), curve=which.value,
+                                                    reference_loss=reference_loss))
+
+    for control in (choose, which):
+        control.observe(redraw, names="value")
+    redraw()
+    return widgets.VBox([widgets.HBox([choose, which]), image])
+
+
+def plot_position_losses(curves: Mapping[str, Tensor], *, references: Mapping[str, float] | None = None) -> Figure:
+    """The validation loss at each position of the window, one line per entry of ``curves``, on a log scale, with
+    horizontal ``references`` (name → loss) dashed."""
+    if not isinstance(curves, Mapping) or not curves:
+        raise ValueError("curves must be a non-empty mapping from labels to losses by position")
+    fig, ax = new_figure(1, 1, figsize=(6.0, 3.8))
+    colors = row_colors(list(curves), baseline=next(iter(curves)))
+    for label, losses in curves.items():
+        ax.plot(range(len(losses)), losses.tolist(), "o-", ms=2.5, color=colors[label], label=label)
+    for (label, value), style in zip((references or {}).items(), ("--", ":", "-.")):
+        ax.axhline(value, color="k", ls=style, lw=0.8, label=label)
+    ax.set_yscale("log")
+    ax.set_xlabel("position t in the window (it has read t + 1 characters)")
+    ax.set_ylabel("validation loss (nats)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    return fig
+
+
+def plot_gradient_norms(norms: Mapping[str, Tensor]) -> Figure:
+    """The gradient norm reaching each block (block 0 nearest the input), one line per entry, on a log scale."""
+    if not isinstance(norms, Mapping) or not norms:
+        raise ValueError("norms must be a non-empty mapping from labels to per-block gradient norms")
+    fig, ax = new_figure(1, 1, figsize=(6.0, 3.6))
+    colors = row_colors(list(norms), baseline="")
+    for label, values in norms.items():
+        ax.plot(range(len(values)), values.tolist(), "o-", color=colors[label], label=label)
+    ax.set_yscale("log")
+    n_blocks = max(len(values) for values in norms.values())
+    ax.set_xticks(range(n_blocks))
+    ax.set_xlabel("block (0: nearest the input)")
+    ax.set_ylabel("‖∂L/∂θ_block‖")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    return fig
