@@ -9,8 +9,10 @@ import pytest
 import torch
 
 from tutorial_lib.recipes import (
+    DATE_AVERAGE_INTERVAL,
     DATE_TRAIN_CONFIG,
     DATE_TRANSFORMER_CONFIG,
+    CheckpointAverage,
     DecoderBlockWithoutCausalMask,
     date_splits,
     exact_match,
@@ -34,21 +36,24 @@ def test_the_splits_cover_every_date_once():
 
 
 def test_training_is_seeded_and_the_cache_gives_back_the_same_model(tmp_path):
-    first, history = train_date_transformer(model_cfg=TINY, train_cfg=SHORT, batch_size=8, progress=False)
-    again, _ = train_date_transformer(model_cfg=TINY, train_cfg=SHORT, batch_size=8, progress=False)
+    first, history = train_date_transformer(model_cfg=TINY, train_cfg=SHORT, batch_size=8, average_last=1, progress=False)
+    again, _ = train_date_transformer(model_cfg=TINY, train_cfg=SHORT, batch_size=8, average_last=1, progress=False)
     assert history.eval_steps == [2, 4] and len(history.val_loss) == 2
     for a, b in zip(first.state_dict().values(), again.state_dict().values()):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
-    trained, record = load_or_train_date_transformer(model_cfg=TINY, train_cfg=SHORT, batch_size=8, checkpoint_dir=tmp_path, progress=False)
-    loaded, record_again = load_or_train_date_transformer(model_cfg=TINY, train_cfg=SHORT, batch_size=8, checkpoint_dir=tmp_path)
+    trained, record = load_or_train_date_transformer(model_cfg=TINY, train_cfg=SHORT, batch_size=8, average_last=1,
+                                                     checkpoint_dir=tmp_path, progress=False)
+    loaded, record_again = load_or_train_date_transformer(model_cfg=TINY, train_cfg=SHORT, batch_size=8, average_last=1,
+                                                          checkpoint_dir=tmp_path)
     assert len(list(tmp_path.iterdir())) == 1 and record == record_again
+    assert set(record) == {"history", "seconds", "val_loss"} and record["val_loss"] > 0
     for a, b in zip(trained.state_dict().values(), loaded.state_dict().values()):
         assert torch.equal(a, b)
 
 
 def test_without_the_causal_mask_the_decoder_reads_later_targets_and_the_cache_key_differs(tmp_path):
     model, _ = load_or_train_date_transformer(model_cfg=TINY, train_cfg=SHORT, batch_size=8, causal_decoder=False,
-                                              checkpoint_dir=tmp_path, progress=False)
+                                              average_last=1, checkpoint_dir=tmp_path, progress=False)
     assert all(isinstance(layer, DecoderBlockWithoutCausalMask) for layer in model.decoder.layers)
     batch = encode_pairs([("3 March 1997", "1997-03-03")], DATE_VOCAB)
     changed = batch.tgt_in.clone()
@@ -57,7 +62,8 @@ def test_without_the_causal_mask_the_decoder_reads_later_targets_and_the_cache_k
         before = model(batch.src, batch.tgt_in, src_lengths=batch.src_lengths)
         after = model(batch.src, changed, src_lengths=batch.src_lengths)
     assert not torch.allclose(before[0, 0], after[0, 0])  # position 0 saw the last target token
-    load_or_train_date_transformer(model_cfg=TINY, train_cfg=SHORT, batch_size=8, checkpoint_dir=tmp_path, progress=False)
+    load_or_train_date_transformer(model_cfg=TINY, train_cfg=SHORT, batch_size=8, average_last=1, checkpoint_dir=tmp_path,
+                                   progress=False)
     assert len(list(tmp_path.iterdir())) == 2
 
 
@@ -117,3 +123,46 @@ def test_field_spans_find_the_month_name_and_the_year(source, iso, spans):
 def test_field_spans_refuse_a_source_without_the_year():
     with pytest.raises(ValueError, match="does not write the year of 1997-03-03"):
         field_spans("3 March", "1997-03-03")
+
+
+def test_checkpoint_average_keeps_the_last_n_checkpoints_of_every_interval():
+    layer = torch.nn.Linear(1, 1, bias=False)
+    average = CheckpointAverage(layer, n=3, interval=50)
+    for step in range(300):  # the update of 0-based index `step` leaves the weight at step + 1
+        layer.weight.data.fill_(step + 1)
+        average("step", {"step": step, "loss": 0.0, "lr": 0.0})
+        average("eval", {"step": step + 1})  # other events are ignored
+    assert average.steps == [200, 250, 300]
+    assert average.average()["weight"].item() == pytest.approx(250.0)
+    with pytest.raises(ValueError, match="no checkpoint yet"):
+        CheckpointAverage(layer, n=2, interval=50).average()
+    with pytest.raises(ValueError, match="interval must be a positive int"):
+        CheckpointAverage(layer, n=2, interval=0)
+
+
+def test_the_recipe_returns_the_average_of_its_last_checkpoints():
+    seen = {}
+
+    def record_weights(event, info):
+        if event == "step" and (info["step"] + 1) % DATE_AVERAGE_INTERVAL == 0:
+            seen[info["step"] + 1] = {k: v.clone() for k, v in model_ref["model"].state_dict().items()}
+
+    torch.manual_seed(0)
+    model_ref = {"model": Transformer(TINY)}
+    steps = 2 * DATE_AVERAGE_INTERVAL
+    cfg = dataclasses.replace(SHORT, max_steps=steps, eval_interval=steps)
+    averaged, _ = train_date_transformer(model_cfg=TINY, train_cfg=cfg, batch_size=8, average_last=2,
+                                         model=model_ref["model"], callbacks=[record_weights], progress=False)
+    assert sorted(seen) == [DATE_AVERAGE_INTERVAL, steps]
+    for name, value in averaged.state_dict().items():
+        torch.testing.assert_close(value, (seen[DATE_AVERAGE_INTERVAL][name] + seen[steps][name]) / 2)
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"max_steps": 120}, "needs max_steps a multiple of 50 and >= 250"),
+    ({"max_steps": 200}, "needs max_steps a multiple of 50 and >= 250"),
+    ({"max_steps": 250, "log_interval": 10}, "log_interval=1"),
+])
+def test_averaging_refuses_a_run_it_cannot_average(changes, message):
+    with pytest.raises(ValueError, match=message):
+        train_date_transformer(model_cfg=TINY, train_cfg=dataclasses.replace(SHORT, **changes), progress=False)

@@ -14,6 +14,7 @@ from tutorial_lib.widgets.seq2seq import (
     cross_attention_widget,
     plot_cross_attention,
     plot_label_smoothing,
+    plot_training_history,
     smoothed_loss_curve,
     smoothed_target,
 )
@@ -98,3 +99,12 @@ def test_cross_attention_widget_draws_and_reports_bad_input(model_and_batch):
     assert "outside the date vocabulary" in message.value
     with pytest.raises(ValueError, match="texts must hold at least one date"):
         cross_attention_widget(model, [])
+
+
+def test_plot_training_history_draws_losses_above_the_rate():
+    history = {"steps": [0, 1, 2, 3], "train_loss": [3.0, 2.0, 1.5, 1.2], "lr": [1e-4, 2e-4, 3e-4, 2.5e-4],
+               "eval_steps": [2, 4], "val_loss": [1.8, 1.1]}
+    fig = plot_training_history(history, floor=0.74)
+    assert isinstance(fig, Figure) and len(fig.axes) == 2
+    with pytest.raises(ValueError, match="history must hold 'val_loss'"):
+        plot_training_history({k: v for k, v in history.items() if k != "val_loss"})

@@ -21,6 +21,7 @@ one, 66 ms with ReLU as well. Validation loss after 500 / 600 updates of a 600-u
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import itertools
@@ -38,6 +39,7 @@ from tutorial_lib.models.transformer import Transformer, TransformerConfig
 from tutorial_lib.training import (
     TrainConfig,
     TrainHistory,
+    evaluate,
     label_smoothing_loss,
     language_model_loss,
     load_checkpoint,
@@ -159,11 +161,50 @@ DATE_TRANSFORMER_CONFIG = TransformerConfig(
 # Eq. (3)'s schedule (``lr`` scales it), the paper's Adam betas, no weight decay (the paper has none).
 DATE_TRAIN_CONFIG = TrainConfig(
     max_steps=1250, lr=0.5, warmup_steps=100, schedule="noam", weight_decay=0.0, betas=(0.9, 0.98), grad_clip=1.0,
-    eval_interval=250, eval_batches=4, log_interval=10,
+    eval_interval=250, eval_batches=4, log_interval=1,
 )
 DATE_BATCH_SIZE = 64
 DATE_LABEL_SMOOTHING = 0.1  # §5.4's ε_ls
 DATE_MAX_LEN = 11  # ten ISO characters and <eos>
+
+
+DATE_AVERAGE_LAST = 5  # §6.1: "a single model obtained by averaging the last 5 checkpoints"
+DATE_AVERAGE_INTERVAL = 50  # updates between two of those checkpoints (the paper wrote one every 10 minutes)
+
+
+class CheckpointAverage:
+    """§6.1's checkpoint averaging, as a :func:`~tutorial_lib.training.train` callback: keeps the weights after every
+    ``interval``-th update (the last ``n`` of them) and gives their mean, the model the recipe returns.
+
+    It reads the ``"step"`` events, so the training config's ``log_interval`` must be 1 (an event after every
+    update; with 10, the events come after updates 1, 11, 21, ..., never after a multiple of 50). Averaging
+    weights that lie along the last stretch of the optimiser's path smooths the noise of its last steps, which a
+    learning rate that decays as slowly as Eq. (3)'s leaves large.
+    """
+
+    def __init__(self, model: torch.nn.Module, n: int, interval: int) -> None:
+        for name, value in (("n", n), ("interval", interval)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        self.model, self.n, self.interval = model, n, interval
+        self.checkpoints: collections.deque[tuple[int, dict[str, torch.Tensor]]] = collections.deque(maxlen=n)
+
+    def __call__(self, event: str, info: dict) -> None:
+        updates = info["step"] + 1  # "step" events carry the 0-based index of the update just made
+        if event == "step" and updates % self.interval == 0:
+            self.checkpoints.append((updates, {k: v.detach().clone() for k, v in self.model.state_dict().items()}))
+
+    @property
+    def steps(self) -> list[int]:
+        """After how many updates each kept checkpoint was written."""
+        return [updates for updates, _ in self.checkpoints]
+
+    def average(self) -> dict[str, torch.Tensor]:
+        """The mean of the kept checkpoints, as a state dict."""
+        if not self.checkpoints:
+            raise ValueError(f"no checkpoint yet: one is written every {self.interval} updates")
+        states = [state for _, state in self.checkpoints]
+        return {k: sum(state[k] for state in states) / len(states) for k in states[0]}
 
 
 class DecoderBlockWithoutCausalMask(DecoderBlock):
@@ -203,6 +244,7 @@ def train_date_transformer(
     smoothing: float = DATE_LABEL_SMOOTHING,
     seed: int = 0,
     causal_decoder: bool = True,
+    average_last: int = DATE_AVERAGE_LAST,
     model: Transformer | None = None,
     device: torch.device | str = "cpu",
     callbacks: Iterable[Callable[[str, dict], None]] = (),
@@ -210,10 +252,23 @@ def train_date_transformer(
 ) -> tuple[Transformer, TrainHistory]:
     """Train a Transformer (a fresh one of ``model_cfg``, or ``model`` as given) on the recipe's training dates, in
     batches of ``batch_size`` pairs drawn at random; the validation loss is measured on the validation dates.
-    ``causal_decoder=False`` removes the causal mask from the decoder's self-attention (chapter 07's "what if").
-    Seeded: the initialisation and the batches depend on ``seed`` only."""
+    The model returned is the average of the last ``average_last`` checkpoints, one every ``DATE_AVERAGE_INTERVAL``
+    updates (§6.1; 1: the last weights as they are); the history is the run's. ``causal_decoder=False`` removes the
+    causal mask from the decoder's self-attention (chapter 07's "what if"). Seeded: the initialisation and the
+    batches depend on ``seed`` only."""
     if model_cfg.d_vocab != DATE_VOCAB.d_vocab:
         raise ValueError(f"model_cfg.d_vocab={model_cfg.d_vocab} but the date vocabulary has {DATE_VOCAB.d_vocab} tokens")
+    if isinstance(average_last, bool) or not isinstance(average_last, int) or average_last < 1:
+        raise ValueError(f"average_last must be a positive int, got {average_last!r}")
+    if average_last > 1 and (
+        train_cfg.max_steps % DATE_AVERAGE_INTERVAL or train_cfg.max_steps < average_last * DATE_AVERAGE_INTERVAL
+        or train_cfg.log_interval != 1
+    ):
+        raise ValueError(
+            f"averaging {average_last} checkpoints written every {DATE_AVERAGE_INTERVAL} updates needs max_steps a "
+            f"multiple of {DATE_AVERAGE_INTERVAL} and >= {average_last * DATE_AVERAGE_INTERVAL}, and log_interval=1 "
+            f"(a step event after every update); got max_steps={train_cfg.max_steps}, log_interval={train_cfg.log_interval}"
+        )
     splits = date_splits()
     if model is None:  # a model given was built by the caller, after torch.manual_seed(seed) for the same run
         torch.manual_seed(seed)
@@ -227,8 +282,9 @@ def train_date_transformer(
         rows = torch.randint(0, len(splits.train), (batch_size,), generator=generator).tolist()
         return encode_pairs([splits.train[i] for i in rows], DATE_VOCAB)
 
-    val_batches = [encode_pairs(splits.val[i : i + 500], DATE_VOCAB) for i in range(0, len(splits.val), 500)]
+    val_batches = date_validation_batches()
     cycle = itertools.cycle(val_batches)
+    averager = CheckpointAverage(model, average_last, DATE_AVERAGE_INTERVAL)
     history = train(
         model,
         train_batch,
@@ -237,10 +293,18 @@ def train_date_transformer(
         device=device,
         val_batches=lambda: next(cycle),
         d_model=model.cfg.d_model,
-        callbacks=callbacks,
+        callbacks=[*callbacks, averager] if average_last > 1 else callbacks,
         progress=progress,
     )
+    if average_last > 1:
+        model.load_state_dict(averager.average())
     return model.eval(), history
+
+
+def date_validation_batches() -> list[Seq2SeqBatch]:
+    """The 2,000 validation pairs in four batches of 500."""
+    val = date_splits().val
+    return [encode_pairs(val[i : i + 500], DATE_VOCAB) for i in range(0, len(val), 500)]
 
 
 def date_transformer_checkpoint_path(
@@ -250,11 +314,13 @@ def date_transformer_checkpoint_path(
     smoothing: float = DATE_LABEL_SMOOTHING,
     seed: int = 0,
     causal_decoder: bool = True,
+    average_last: int = DATE_AVERAGE_LAST,
     *,
     checkpoint_dir: str | Path | None = None,
 ) -> Path:
     """Where :func:`load_or_train_date_transformer` keeps the model of these settings (a hash of all of them)."""
-    settings = (model_cfg, train_cfg, batch_size, smoothing, seed, DATE_SPLIT_SIZES, DATE_SPLIT_SEED)
+    settings = (model_cfg, train_cfg, batch_size, smoothing, seed, DATE_SPLIT_SIZES, DATE_SPLIT_SEED,
+                (average_last, DATE_AVERAGE_INTERVAL))
     recipe = repr(settings if causal_decoder else (*settings, "no decoder causal mask")).encode()
     return Path(checkpoint_dir or default_cache_dir()) / f"date_transformer_{hashlib.sha256(recipe).hexdigest()[:12]}.pt"
 
@@ -267,14 +333,17 @@ def load_or_train_date_transformer(
     smoothing: float = DATE_LABEL_SMOOTHING,
     seed: int = 0,
     causal_decoder: bool = True,
+    average_last: int = DATE_AVERAGE_LAST,
     checkpoint_dir: str | Path | None = None,
     device: torch.device | str = "cpu",
     progress: bool = True,
 ) -> tuple[Transformer, dict]:
     """The model of these settings, trained by :func:`train_date_transformer` or loaded from the checkpoint an
-    earlier call saved (user cache), and its training record (``history`` as a dict, ``seconds`` of training)."""
+    earlier call saved (user cache), and its training record: ``history`` (the run's, as a dict), ``seconds`` of
+    training (evaluations excluded) and ``val_loss``, the loss of the returned (averaged) model on the validation
+    dates."""
     path = date_transformer_checkpoint_path(model_cfg, train_cfg, batch_size, smoothing, seed, causal_decoder,
-                                            checkpoint_dir=checkpoint_dir)
+                                            average_last, checkpoint_dir=checkpoint_dir)
     model = Transformer(model_cfg)
     if not causal_decoder:
         remove_decoder_causal_mask(model)
@@ -284,9 +353,12 @@ def load_or_train_date_transformer(
         return model.to(device).eval(), saved["record"]
     model, history = train_date_transformer(
         model_cfg=model_cfg, train_cfg=train_cfg, batch_size=batch_size, smoothing=smoothing, seed=seed,
-        causal_decoder=causal_decoder, device=device, progress=progress,
+        causal_decoder=causal_decoder, average_last=average_last, device=device, progress=progress,
     )
-    record = {"history": dataclasses.asdict(history), "seconds": history.eval_seconds[-1]}
+    val_batches = date_validation_batches()
+    val_loss = evaluate(model, iter(val_batches).__next__, lambda m, b: seq2seq_loss(m, b, smoothing=smoothing),
+                        len(val_batches), device)
+    record = {"history": dataclasses.asdict(history), "seconds": history.eval_seconds[-1], "val_loss": val_loss}
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"model": model.state_dict(), "record": record}, path)
     return model, record

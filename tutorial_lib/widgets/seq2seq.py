@@ -80,6 +80,32 @@ def plot_label_smoothing(d_vocab: int, smoothing: float = 0.1, *, target: int = 
     return fig
 
 
+# --- training ----------------------------------------------------------------------------------------------------------
+
+
+def plot_training_history(history: dict, *, floor: float | None = None) -> Figure:
+    """A run's losses (training, every logged update, and validation) above its learning rate, from the ``history``
+    of a training record (``dataclasses.asdict`` of a :class:`~tutorial_lib.training.TrainHistory`). ``floor``, if
+    given, is drawn as a dotted line (the smallest loss label smoothing allows, say)."""
+    for key in ("steps", "train_loss", "lr", "eval_steps", "val_loss"):
+        if key not in history:
+            raise ValueError(f"history must hold {key!r} (a TrainHistory as a dict), got keys {sorted(history)}")
+    fig, (top, bottom) = new_figure(2, 1, figsize=(6.0, 5.0), sharex=True)
+    steps = [step + 1 for step in history["steps"]]  # the 0-based index of an update -> updates done
+    top.plot(steps, history["train_loss"], color="C0", linewidth=0.6, alpha=0.7, label="training batch")
+    top.plot(history["eval_steps"], history["val_loss"], "o-", color="C1", markersize=3, label="validation")
+    if floor is not None:
+        top.axhline(floor, color="0.4", linestyle=":", label="smallest possible")
+    top.set_yscale("log")
+    top.set_ylabel("loss (label-smoothed)")
+    top.legend(fontsize="small")
+    bottom.plot(steps, history["lr"], color="C2")
+    bottom.set_ylabel("learning rate")
+    bottom.set_xlabel("update")
+    bottom.ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
+    return fig
+
+
 # --- cross-attention ------------------------------------------------------------------------------------------------
 
 
