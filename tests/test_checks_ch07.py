@@ -105,6 +105,7 @@ LEARNER_MISTAKES = [
     ("07.label_smoothed_loss", smoothed_wrong(plus=True), "target_weight_not_reduced"),
     ("07.noam_lr", lambda step, d_model, warmup: min(step**-0.5, step * warmup**-1.5), "forgot_d_model_scale"),
     ("07.noam_lr", lambda step, d_model, warmup: noam_right(step + 1, d_model, warmup), "step_off_by_one"),
+    ("07.noam_lr", lambda step, d_model, warmup: noam_right(step, d_model, warmup + 1), "warmup_off_by_one"),
     ("07.noam_lr", lambda step, d_model, warmup: max(step**-0.5, step * warmup**-1.5) / d_model**0.5, "max_instead_of_min"),
     ("07.noam_lr", lambda step, d_model, warmup: min(1 / step, step / warmup**1.5) / d_model**0.5, "decay_without_root"),
     ("07.beam_score", lambda log_prob, length, alpha: log_prob, "no_normalisation"),

@@ -96,9 +96,22 @@ def test_normalise_dates_names_the_offending_input(texts, message):
         normalise_dates(model, texts)
 
 
-def test_normalise_dates_refuses_a_bad_beam_width():
+def test_normalise_dates_refuses_a_bad_beam_width_or_batch_size():
     with pytest.raises(ValueError, match="beam_width must be a positive int"):
         normalise_dates(Transformer(TINY), ["3 March 1997"], beam_width=0)
+    with pytest.raises(ValueError, match="batch_size must be a positive int"):
+        normalise_dates(Transformer(TINY), ["3 March 1997"], batch_size=0)
+
+
+def test_normalise_dates_gives_the_same_outputs_in_any_batch_size():
+    torch.manual_seed(0)
+    model = Transformer(TINY).eval()
+    with torch.no_grad():  # decisive logits, so that rounding differences between batch shapes cannot flip a token
+        model.unembed.weight.mul_(8.0)
+    texts = [source for source, _ in date_splits().test[:7]]
+    for beam_width in (1, 3):
+        assert normalise_dates(model, texts, beam_width=beam_width, batch_size=3) == normalise_dates(
+            model, texts, beam_width=beam_width)
 
 
 def test_labelled_pairs_are_the_pairs_with_their_formats():

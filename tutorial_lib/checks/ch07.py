@@ -433,13 +433,14 @@ def _noam_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
-def _noam_like(*, scale=True, offset=0, decay_power=-0.5, use_max=False):
+def _noam_like(*, scale=True, offset=0, warmup_offset=0, decay_power=-0.5, use_max=False):
     """A learner's Eq. (3); each keyword reproduces one way of getting it wrong."""
 
     def noam_rate(step, d_model, warmup):
         s = step + offset
+        w = warmup + warmup_offset
         branch = max if use_max else min
-        rate = branch(s**decay_power, s * warmup**-1.5)
+        rate = branch(s**decay_power, s * w**-1.5)
         return d_model**-0.5 * rate if scale else rate
 
     return noam_rate
@@ -461,6 +462,9 @@ NOAM_LR = Exercise(
         Mistake("step_off_by_one", "counted the steps one ahead (step + 1)",
                 "The paper's `step_num` starts at 1 on the first update; use `step` as given, without adding or "
                 "subtracting 1.", (_noam_like(offset=1),)),
+        Mistake("warmup_off_by_one", "made the warm-up one step longer or shorter than warmup_steps",
+                "The warm-up branch is `step * warmup ** -1.5` with `warmup` as given: the two branches then meet "
+                "exactly at `step == warmup`, the peak.", (_noam_like(warmup_offset=1), _noam_like(warmup_offset=-1))),
         Mistake("max_instead_of_min", "took the larger of the two branches instead of the smaller",
                 "`min(step ** -0.5, step * warmup ** -1.5)`: the linear warm-up is the smaller one before `warmup`, "
                 "the decay after.", (_noam_like(use_max=True),)),
