@@ -9,7 +9,7 @@ export MPLBACKEND := agg
 export OMP_NUM_THREADS ?= 2
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: venv book test test-unit test-notebooks test-book execute clean exercises
+.PHONY: venv book book-assets test test-unit test-notebooks test-book test-browser screenshots execute clean exercises
 
 $(STAMP): requirements.txt pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -22,11 +22,16 @@ $(STAMP): requirements.txt pyproject.toml
 venv: $(STAMP)
 
 ## book: build the Jupyter Book from the notebooks' stored outputs (no execution), warnings are errors
-book: venv
+book: venv book-assets
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
 
-## test: every test of the project: unit tests, then the notebooks' stored outputs (nbval), then the book
-test: venv test-unit test-notebooks test-book
+# The JavaScript the book serves itself (MathJax 3, RequireJS, the widget manager), from npm at pinned versions, into
+# .book-assets/ (git-ignored); tools/book_extension.py copies it into _build/html/_vendor/. Quiet when up to date.
+book-assets:
+	$(PY) tools/book_assets.py
+
+## test: every test of the project: unit tests, the notebooks' stored outputs (nbval), the book, the book in a browser
+test: venv test-unit test-notebooks test-book test-browser
 
 test-unit: venv
 	$(PY) -m pytest tests
@@ -49,8 +54,16 @@ test-notebooks: venv
 		--nbval-sanitize-with nbval_sanitize.cfg --nbval-cell-timeout=600 --timeout=900 $(NOTEBOOKS)
 
 # The book from scratch (--all: a warning in an unchanged page must still fail), warnings as errors.
-test-book: venv
+test-book: venv book-assets
 	$(VENV)/bin/jupyter-book build . --all -W -n --keep-going
+
+# The built book in Chromium (Debian's `chromium`; .ci/run installs it): every page at 1280 and 390 px, offline.
+test-browser: venv
+	$(PY) -m pytest -m browser tests/test_book_browser.py
+
+## screenshots: the README's pictures of chapter 03 at desktop and phone width, taken by the browser suite
+screenshots: book
+	BOOK_SCREENSHOTS=docs/screenshots $(PY) -m pytest -q -m browser tests/test_book_browser.py
 
 ## exercises: regenerate exercises/ from solutions/ and execute the notebooks whose sources changed
 exercises: venv

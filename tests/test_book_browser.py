@@ -1,0 +1,448 @@
+"""The rendered book in a real browser, as a reader meets it: offline, at desktop and at phone width.
+
+``make test-browser`` (the last step of ``make test``, after the book is built) serves ``_build/html`` on 127.0.0.1
+and opens every page of ``_toc.yml`` in Debian's Chromium, driven by Playwright, at 1280 px and at 390 px. Every
+request to another origin is blocked and is a failure. On every page, at both widths:
+
+- no request leaves 127.0.0.1, no request fails, no console error, no uncaught page error;
+- every display equation of the source is typeset (MathJax's display containers, counted against the ``$$`` and
+  ``\\begin{…}`` blocks of the notebook's markdown), every inline one too, and no raw ``\\begin``, ``\\frac``, ``$$``,
+  ``\\(`` or ``\\[`` is visible outside code;
+- every image has loaded (``naturalWidth > 0``), every stored widget output is drawn with a visible size;
+- no element is wider than the viewport unless it sits in a scroll container (equations, code and wide tables
+  scroll; the page does not), and every check verdict is wrapped, not scrolled;
+- at 390 px: the table of contents and the page's contents open from the buttons a reader sees, and a link in each
+  works (the page's contents jump to the section; the table of contents opens another page).
+
+Once: the search finds "softmax" and leads to chapter 03. A failure names the page, the width and what was wrong.
+The pages run a few at a time in one browser; the run prints how many pages and checks ran and how long it took.
+
+``BOOK_SCREENSHOTS=DIR`` also saves chapter 03 at both widths into DIR (``make screenshots``, for the README);
+``BOOK_PAGES=chapters/03_scaled_dot_product_attention,intro`` audits only those pages (while fixing one).
+The browser tests are marked ``browser`` and left out of a plain ``pytest tests`` (the book must be built first);
+the helpers' own tests at the end run with the unit tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import http.server
+import os
+import re
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+HTML = ROOT / "_build" / "html"
+WIDTHS = {"desktop": 1280, "phone": 390}
+HEIGHT = {"desktop": 800, "phone": 844}
+PARALLEL_PAGES = 4  # MathJax and the widget manager are CPU-bound: a few pages at once keep two cores busy
+SCREENSHOT_PAGE = "chapters/03_scaled_dot_product_attention"
+VERDICT = r"^\d\d\.\w+: .*?\(\d+/\d+ points?\)"  # a check's verdict, as tutorial_lib/checks/core.py prints it
+
+
+# --- what the sources say the pages must show ---------------------------------------------------------------------
+
+
+def toc_pages(toc_path: Path = ROOT / "_toc.yml") -> list[str]:
+    """Every page of the book, in reading order: the root, then each ``file:`` of the table of contents."""
+    toc = yaml.safe_load(toc_path.read_text(encoding="utf-8"))
+
+    def files(node: object) -> list[str]:
+        if isinstance(node, dict):
+            return ([node["file"]] if "file" in node else []) + [f for value in node.values() for f in files(value)]
+        if isinstance(node, list):
+            return [f for item in node for f in files(item)]
+        return []
+
+    return [toc["root"], *files(toc.get("parts", toc.get("chapters", [])))]
+
+
+def _markdown_of(page: str, root: Path = ROOT) -> str:
+    """The markdown a page is built from: a notebook's markdown cells (and markdown outputs), or the .md file."""
+    notebook = root / f"{page}.ipynb"
+    if notebook.exists():
+        texts = []
+        for cell in nbformat.read(notebook, as_version=4).cells:
+            if cell.cell_type == "markdown":
+                texts.append(cell.source)
+            elif cell.cell_type == "code":
+                for output in cell.get("outputs", []):
+                    texts.extend(output.get("data", {}).get(mime, "") for mime in ("text/markdown", "text/latex"))
+        return "\n\n".join(texts)
+    return (root / f"{page}.md").read_text(encoding="utf-8")
+
+
+FENCE = re.compile(r"^(?P<fence>```+|~~~+)(?P<info>[^\n]*)\n.*?^(?P=fence)\s*$", re.MULTILINE | re.DOTALL)
+INLINE_CODE = re.compile(r"(`+)(?!`).+?(?<!`)\1(?!`)", re.DOTALL)
+DOLLARS = re.compile(r"\$\$.+?\$\$", re.DOTALL)
+AMSMATH = re.compile(r"^\s*\\begin\{(?:equation|multline|gather|align|alignat|flalign|eqnarray)\*?\}", re.MULTILINE)
+
+
+def display_equations(markdown: str) -> int:
+    """How many display equations the markdown holds: ``$$…$$`` blocks, top-level amsmath environments and
+    ``{math}`` directives; code (fenced or inline) does not count."""
+    math_directives = sum(1 for match in FENCE.finditer(markdown) if match["info"].strip().startswith("{math}"))
+    prose = INLINE_CODE.sub("", FENCE.sub("", markdown))
+    blocks = len(DOLLARS.findall(prose))
+    return math_directives + blocks + len(AMSMATH.findall(DOLLARS.sub("", prose)))
+
+
+# --- the browser ----------------------------------------------------------------------------------------------------
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:  # one line per request would drown the test output
+        pass
+
+
+@dataclass
+class PageReport:
+    page: str
+    width: str
+    problems: list[str] = field(default_factory=list)
+    checks: int = 0
+
+    def check(self, ok: bool, problem: str) -> None:
+        self.checks += 1
+        if not ok:
+            self.problems.append(problem)
+
+
+# JavaScript run in each page once it has loaded; each returns plain data for the report.
+WAIT_FOR_MATHJAX = "() => (window.MathJax && MathJax.startup && MathJax.startup.promise) ? MathJax.startup.promise.then(() => true) : true"
+ALL_IMAGES_EAGER = "() => { for (const image of document.images) image.loading = 'eager'; }"
+IMAGES_SETTLED = "() => Array.from(document.images).every((image) => image.complete)"
+WIDGET_VIEWS = 'script[type="application/vnd.jupyter.widget-view+json"]'
+WIDGETS_DRAWN = f"""() => Array.from(document.querySelectorAll('{WIDGET_VIEWS}')).every((view) => {{
+  const area = view.previousElementSibling;
+  return area && area.classList.contains('widget-subarea') && area.querySelector('.jupyter-widgets');
+}})"""
+AUDIT = r"""([verdictPattern]) => {
+  const verdict = new RegExp(verdictPattern, 'm');
+  const describe = (el) => {
+    const name = el.tagName.toLowerCase() + (el.id ? '#' + el.id : '') +
+      (typeof el.className === 'string' && el.className.trim() ? '.' + el.className.trim().split(/\s+/).slice(0, 3).join('.') : '');
+    const text = (el.textContent || '').trim().replace(/\s+/g, ' ').slice(0, 60);
+    return text ? `${name} ("${text}")` : name;
+  };
+  const article = document.querySelector('main') || document.body;
+  const result = {};
+  // Equations.
+  result.displayTypeset = article.querySelectorAll('mjx-container[display="true"]').length;
+  result.mathUntypeset = Array.from(article.querySelectorAll('.math')).filter((el) => !el.querySelector('mjx-container')).map(describe).slice(0, 5);
+  const raw = /\\begin|\\frac|\$\$|\\\(|\\\[/;
+  const walker = document.createTreeWalker(article, NodeFilter.SHOW_TEXT);
+  result.rawTex = [];
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    if (!raw.test(node.textContent)) continue;
+    const parent = node.parentElement;
+    if (parent.closest('pre, code, mjx-container, script, style, textarea, .highlight, .output')) continue;
+    if (parent.offsetParent === null && getComputedStyle(parent).position !== 'fixed') continue;  // not rendered
+    result.rawTex.push(describe(parent));
+  }
+  // Images and widgets.
+  result.brokenImages = Array.from(document.images).filter((image) => !(image.complete && image.naturalWidth > 0)).map((image) => image.getAttribute('src'));
+  result.widgets = document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]').length;
+  result.blankWidgets = [];
+  document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]').forEach((view, index) => {
+    const area = view.previousElementSibling;
+    const box = area && area.classList.contains('widget-subarea') ? area.getBoundingClientRect() : null;
+    const images = area ? Array.from(area.querySelectorAll('img')) : [];
+    if (!box || box.width < 10 || box.height < 10 || images.some((image) => image.naturalWidth === 0)) {
+      result.blankWidgets.push(`widget ${index + 1} (${JSON.parse(view.textContent).model_id})`);
+    }
+  });
+  // Width: nothing wider than the viewport unless a scroll container holds it.
+  const width = document.documentElement.clientWidth;
+  result.pageWidth = [document.documentElement.scrollWidth, width];
+  result.overflowing = [];
+  for (const el of document.body.querySelectorAll('*')) {
+    const box = el.getBoundingClientRect();
+    if (box.width === 0 || box.right <= width + 1) continue;
+    const style = getComputedStyle(el);
+    if (style.visibility === 'hidden' || style.position === 'fixed') continue;
+    let ancestor = el, held = false;
+    while (ancestor && ancestor !== document.body) {
+      const s = getComputedStyle(ancestor);
+      // Held by a scroll container; or not drawn: fixed (off-canvas sidebars), hidden, or clipped away (the
+      // assistive MathML that screen readers read).
+      if (ancestor !== el && (s.overflowX === 'auto' || s.overflowX === 'scroll')) { held = true; break; }
+      if (s.position === 'fixed' || s.visibility === 'hidden' || s.display === 'none' || s.clip !== 'auto') { held = true; break; }
+      ancestor = ancestor.parentElement;
+    }
+    if (!held) result.overflowing.push(`${describe(el)} reaches ${Math.round(box.right)} px`);
+  }
+  result.overflowing = result.overflowing.slice(0, 5);
+  // Verdicts: wrapped, never scrolled.
+  result.verdicts = 0;
+  result.scrolledVerdicts = [];
+  for (const pre of article.querySelectorAll('.cell_output pre')) {
+    if (!verdict.test(pre.textContent)) continue;
+    result.verdicts += 1;
+    if (pre.scrollWidth > pre.clientWidth + 1) result.scrolledVerdicts.push(describe(pre));
+  }
+  return result;
+}"""
+
+
+async def _phone_navigation(page, report: PageReport, base: str) -> None:
+    """At 390 px: each sidebar opens from the button a reader sees, and a link in it works."""
+    secondary = page.locator(".secondary-toggle:visible")
+    if await secondary.count() and await page.locator("#pst-secondary-sidebar nav a[href^='#']").count():
+        await secondary.first.click()
+        dialog = page.locator("#pst-secondary-sidebar-modal[open]")
+        try:
+            await dialog.wait_for(state="visible", timeout=5_000)
+            opened = True
+        except Exception:  # noqa: BLE001 - Playwright's TimeoutError: reported, not raised
+            opened = False
+        report.check(opened, "the page's contents do not open from the visible button")
+        if opened:
+            links = dialog.locator("a[href^='#']:visible")
+            link = links.nth(await links.count() // 2)
+            target = (await link.get_attribute("href"))[1:]
+            await link.click()
+            landed = await page.evaluate(
+                """async (id) => {
+                  const el = document.getElementById(decodeURIComponent(id));
+                  if (!el) return null;
+                  let top = NaN;  // wait for a smooth scroll to come to rest
+                  for (let i = 0; i < 30 && top !== el.getBoundingClientRect().top; i++) {
+                    top = el.getBoundingClientRect().top;
+                    await new Promise((resolve) => setTimeout(resolve, 100));
+                  }
+                  return [location.hash, top, innerHeight];
+                }""",
+                target,
+            )
+            report.check(
+                landed is not None and landed[0] == f"#{target}" and -5 <= landed[1] < landed[2],
+                f"the page's contents link to #{target} does not bring the section into view ({landed})",
+            )
+            still_open = await page.locator("dialog[open]").count()
+            report.check(not still_open, f"the page's contents stay open over the page after following #{target}")
+            if still_open:
+                await page.keyboard.press("Escape")
+    primary = page.locator(".primary-toggle:visible")
+    report.check(await primary.count() > 0, "no visible button opens the table of contents")
+    if await primary.count():
+        await primary.first.click()
+        dialog = page.locator("#pst-primary-sidebar-modal[open]")
+        try:
+            await dialog.wait_for(state="visible", timeout=5_000)
+            opened = True
+        except Exception:  # noqa: BLE001
+            opened = False
+        report.check(opened, "the table of contents does not open from the visible button")
+        if opened:
+            here = page.url.split("#")[0]
+            links = dialog.locator("nav a.reference.internal:visible")
+            hrefs = [await links.nth(i).evaluate("(a) => a.href") for i in range(await links.count())]
+            others = [i for i, href in enumerate(hrefs) if href.split("#")[0] != here]
+            report.check(bool(others), "the table of contents shows no link to another page")
+            if others:
+                index = others[len(others) // 2]
+                await links.nth(index).click()
+                try:
+                    await page.wait_for_url(hrefs[index], timeout=10_000)
+                    arrived = True
+                except Exception:  # noqa: BLE001
+                    arrived = False
+                report.check(arrived, f"the table of contents link to {hrefs[index].removeprefix(base)} does not open it")
+
+
+async def _audit_page(browser, base: str, page_name: str, width_name: str, blocked: list[str],
+                      screenshots: Path | None) -> PageReport:
+    report = PageReport(page_name, width_name)
+    context = await browser.new_context(viewport={"width": WIDTHS[width_name], "height": HEIGHT[width_name]})
+    off_origin: list[str] = []
+    failed: list[str] = []
+    errors: list[str] = []
+
+    async def route(route) -> None:
+        if route.request.url.startswith(base):
+            await route.continue_()
+        else:
+            off_origin.append(route.request.url)
+            blocked.append(route.request.url)
+            await route.abort()
+
+    await context.route("**/*", route)
+    page = await context.new_page()
+    page.on("console", lambda message: errors.append(f"console error: {message.text}") if message.type == "error" else None)
+    page.on("pageerror", lambda error: errors.append(f"page error: {error}"))
+    page.on("response", lambda response: failed.append(f"{response.status} {response.url.removeprefix(base)}") if response.status >= 400 else None)
+    try:
+        await page.goto(f"{base}{page_name}.html", wait_until="load", timeout=30_000)
+        await page.evaluate(WAIT_FOR_MATHJAX)
+        await page.evaluate(ALL_IMAGES_EAGER)
+        for condition in (IMAGES_SETTLED, WIDGETS_DRAWN):
+            try:
+                await page.wait_for_function(condition, timeout=15_000)
+            except Exception:  # noqa: BLE001 - what is missing is reported by the audit below
+                pass
+        audit = await page.evaluate(AUDIT, [VERDICT])
+        expected = display_equations(_markdown_of(page_name))
+        report.check(audit["displayTypeset"] == expected,
+                     f"{audit['displayTypeset']} display equations typeset, the source has {expected}")
+        report.check(not audit["mathUntypeset"], f"math left untypeset: {audit['mathUntypeset']}")
+        report.check(not audit["rawTex"], f"raw TeX visible in {audit['rawTex'][:5]}")
+        report.check(not audit["brokenImages"], f"images not loaded: {audit['brokenImages']}")
+        report.check(not audit["blankWidgets"], f"widget outputs not drawn: {audit['blankWidgets']}")
+        scroll_width, width = audit["pageWidth"]
+        report.check(scroll_width <= width, f"the page is {scroll_width} px wide in a {width} px viewport")
+        report.check(not audit["overflowing"], f"wider than the viewport, outside a scroll container: {audit['overflowing']}")
+        report.check(not audit["scrolledVerdicts"], f"check verdicts scroll instead of wrapping: {audit['scrolledVerdicts']}")
+        if screenshots is not None and page_name == SCREENSHOT_PAGE:
+            screenshots.mkdir(parents=True, exist_ok=True)
+            await page.screenshot(path=str(screenshots / f"chapter-03-{width_name}.png"))
+        if width_name == "phone":
+            await _phone_navigation(page, report, base)
+    except Exception as error:  # noqa: BLE001 - a page that cannot be audited is a failure of that page
+        report.check(False, f"could not audit the page: {type(error).__name__}: {error}")
+    finally:
+        await context.close()
+    report.check(not off_origin, f"requests to other origins: {sorted(set(off_origin))[:5]}")
+    report.check(not failed, f"failed requests: {failed[:5]}")
+    report.check(not errors, f"{errors[:5]}")
+    return report
+
+
+async def _search(browser, base: str) -> PageReport:
+    """The search box finds "softmax", and its results lead to chapter 03."""
+    report = PageReport("search", "desktop")
+    context = await browser.new_context(viewport={"width": WIDTHS["desktop"], "height": HEIGHT["desktop"]})
+    await context.route("**/*", lambda route: route.continue_() if route.request.url.startswith(base) else route.abort())
+    page = await context.new_page()
+    try:
+        await page.goto(f"{base}intro.html", wait_until="load")
+        await page.locator(".search-button__button:visible").first.click()
+        field_ = page.locator("#pst-search-dialog input[name='q']")
+        await field_.fill("softmax")
+        await field_.press("Enter")
+        await page.wait_for_url(re.compile(r"search\.html\?q=softmax"), timeout=10_000)
+        results = page.locator("#search-results ul.search li a")
+        await results.first.wait_for(timeout=15_000)
+        hrefs = [await results.nth(i).evaluate("(a) => a.href") for i in range(await results.count())]
+        chapter = [i for i, href in enumerate(hrefs) if f"{SCREENSHOT_PAGE}.html" in href]
+        report.check(bool(chapter), f"searching 'softmax' does not list chapter 03 (results: {[h.removeprefix(base) for h in hrefs]})")
+        if chapter:
+            await results.nth(chapter[0]).click()
+            await page.wait_for_url(re.compile(re.escape(f"{SCREENSHOT_PAGE}.html")), timeout=10_000)
+            title = await page.locator("main h1").first.text_content()
+            report.check("Scaled dot-product attention" in (title or ""), f"the search result opened a page titled {title!r}")
+    except Exception as error:  # noqa: BLE001
+        report.check(False, f"the search failed: {type(error).__name__}: {error}")
+    finally:
+        await context.close()
+    return report
+
+
+def chromium() -> str:
+    """Debian's Chromium (Playwright's own browser download cannot run here); ``BOOK_CHROMIUM`` overrides."""
+    found = os.environ.get("BOOK_CHROMIUM") or shutil.which("chromium")
+    if not found:
+        pytest.fail("Chromium is not installed: `apt-get install chromium` (.ci/run does it), or set BOOK_CHROMIUM")
+    return found
+
+
+async def _audit_book(pages: list[str], base: str, screenshots: Path | None) -> tuple[list[PageReport], PageReport, list[str]]:
+    from playwright.async_api import async_playwright
+
+    blocked: list[str] = []
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=chromium())
+        limit = asyncio.Semaphore(PARALLEL_PAGES)
+
+        async def one(page_name: str, width_name: str) -> PageReport:
+            async with limit:
+                return await _audit_page(browser, base, page_name, width_name, blocked, screenshots)
+
+        reports = await asyncio.gather(*(one(p, w) for p in pages for w in WIDTHS))
+        search = await _search(browser, base)
+        await browser.close()
+    return list(reports), search, blocked
+
+
+@pytest.fixture(scope="module")
+def book(request):
+    """Serve _build/html on 127.0.0.1, audit every page at both widths, and report the totals."""
+    if not (HTML / "index.html").exists():
+        pytest.fail("the book is not built: run `make book` first (make test builds it before this suite)")
+    pages = [page for page in toc_pages() if not os.environ.get("BOOK_PAGES") or page in os.environ["BOOK_PAGES"].split(",")]
+    missing = [page for page in pages if not (HTML / f"{page}.html").exists()]
+    if missing:
+        pytest.fail(f"_build/html lacks {missing}: rebuild the book (`make book`)")
+    handler = functools.partial(_QuietHandler, directory=str(HTML))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    screenshots = Path(os.environ["BOOK_SCREENSHOTS"]) if os.environ.get("BOOK_SCREENSHOTS") else None
+    start = time.perf_counter()
+    try:
+        reports, search, blocked = asyncio.run(_audit_book(pages, f"http://127.0.0.1:{server.server_address[1]}/", screenshots))
+    finally:
+        server.shutdown()
+    seconds = time.perf_counter() - start
+    checks = sum(report.checks for report in reports) + search.checks
+    failed = sum(bool(report.problems) for report in reports) + bool(search.problems)
+    terminal = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if terminal is not None and capture is not None:
+        with capture.global_and_fixture_disabled():
+            terminal.write_line(
+                f"\nbrowser: {len(pages)} pages x {len(WIDTHS)} widths ({', '.join(f'{w} px' for w in WIDTHS.values())}) "
+                f"+ search: {checks} checks in {seconds:.1f} s, {failed} page(s) with problems, "
+                f"{len(blocked)} off-origin request(s) blocked"
+            )
+    return {(report.page, report.width): report for report in reports} | {("search", "desktop"): search}
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("width", list(WIDTHS))
+@pytest.mark.parametrize("page", toc_pages())
+def test_page_in_the_browser(book, page, width):
+    if (page, width) not in book:
+        pytest.skip("not in BOOK_PAGES")
+    report = book[(page, width)]
+    if report.problems:
+        pytest.fail(f"{page}.html at {WIDTHS[width]} px:\n  " + "\n  ".join(report.problems), pytrace=False)
+
+
+@pytest.mark.browser
+def test_search_finds_softmax_in_chapter_03(book):
+    report = book[("search", "desktop")]
+    if report.problems:
+        pytest.fail("\n".join(report.problems), pytrace=False)
+
+
+# --- the helpers themselves (these run without a browser, in every `pytest tests`) ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("markdown", "count"),
+    [
+        ("$$a$$ and $x$", 1),
+        ("(eq-x)=\n$$\na = b \\tag{1}\n$$\n\ntext\n\n$$\nc\n$$", 2),
+        ("\\begin{align*}\na &= b \\\\ c &= d \\tag{3}\n\\end{align*}", 1),
+        ("$$\n\\begin{aligned} a \\end{aligned}\n$$", 1),
+        ("```python\nx = '$$'\n```\nand `$$` in code", 0),
+        ("```{math}\na\n```", 1),
+    ],
+)
+def test_display_equations_are_counted_from_the_source(markdown, count):
+    assert display_equations(markdown) == count
+
+
+def test_every_page_of_the_toc_is_audited():
+    pages = toc_pages()
+    assert pages[0] == "intro" and "chapters/03_scaled_dot_product_attention" in pages
+    assert any(page.startswith("solutions/") for page in pages)
