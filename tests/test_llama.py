@@ -9,7 +9,7 @@ from tutorial_lib.blocks import NormPlacement
 from tutorial_lib.counting import count_parameters
 from tutorial_lib.feed_forward import SwiGLU
 from tutorial_lib.models.gpt import GPT, GPTConfig
-from tutorial_lib.models.llama import Llama, LlamaConfig, llama_d_ff
+from tutorial_lib.models.llama import Llama, LlamaConfig, RotaryGPT, SinusoidalGPT, llama_d_ff
 from tutorial_lib.normalization import RMSNorm
 from tutorial_lib.rope import RotaryMultiHeadAttention
 from tutorial_lib.sampling import generate
@@ -158,3 +158,110 @@ def test_replace_rederives_d_ff() -> None:
     """Core bug (``GPTConfig.replace``, inherited): a derived ``d_ff`` is carried over instead of re-derived."""
     cfg = _config()
     assert cfg.replace(d_model=64).d_ff == _config(d_model=64).d_ff
+
+
+# --- the two GPTs that differ by their positions alone -------------------------------------------------------------------
+
+
+def _gpt_config(**changes) -> GPTConfig:
+    return GPTConfig(**{"d_vocab": 61, "n_ctx": 24, "d_model": 32, "n_heads": 4, "n_layers": 2, **changes})
+
+
+def test_rotary_gpt_changes_the_positions_and_nothing_else() -> None:
+    torch.manual_seed(0)
+    gpt, rotary = GPT(_gpt_config()), RotaryGPT(_gpt_config())
+    assert rotary.pos_embed is None and all(isinstance(block.attn, RotaryMultiHeadAttention) for block in rotary.blocks)
+    assert count_parameters(gpt) - count_parameters(rotary) == 24 * 32  # the position table, and only it
+    assert {k for k in gpt.state_dict() if not k.startswith("pos_embed")} == set(rotary.state_dict())
+    assert rotary.unembed.weight is rotary.embed.weight
+    tokens = _tokens(2, 20)
+    cache = rotary.eval().make_kv_cache(2)
+    steps = [rotary(tokens[:, :6], cache=cache)] + [rotary(tokens[:, t : t + 1], cache=cache) for t in range(6, 20)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), rotary(tokens), atol=1e-5, rtol=1e-5)
+
+
+def test_sinusoidal_gpt_adds_the_papers_fixed_table_to_scaled_tokens() -> None:
+    from tutorial_lib.embeddings import sinusoidal_positional_encoding
+
+    torch.manual_seed(0)
+    model = SinusoidalGPT(_gpt_config()).eval()
+    assert count_parameters(GPT(_gpt_config())) - count_parameters(model) == 24 * 32
+    assert model.state_dict().keys() == RotaryGPT(_gpt_config()).state_dict().keys()  # the table is not a parameter
+    tokens = _tokens(2, 10)
+    expected_input = model.embed.weight[tokens] * 32**0.5 + sinusoidal_positional_encoding(10, 32)
+    captured = {}
+    model.blocks[0].register_forward_pre_hook(lambda module, args: captured.setdefault("x", args[0]))
+    model(tokens)
+    torch.testing.assert_close(captured["x"], expected_input)
+
+
+# --- chapter 12's recipe additions -----------------------------------------------------------------------------------------
+
+
+def _small_dataset():
+    from tutorial_lib.data.shakespeare import CharDataset
+
+    generator = torch.Generator().manual_seed(0)
+    words = ["the ", "king ", "and ", "queen ", "of ", "rome ", "said ", "\n"]
+    return CharDataset.from_text("".join(words[i] for i in torch.randint(0, 8, (6000,), generator=generator).tolist()))
+
+
+def test_a_kept_run_is_the_recipes_run_with_its_curve(tmp_path) -> None:
+    from tutorial_lib.recipes import CURVE_EVAL_INTERVAL, first_time_below, load_or_train_char_run, train_char_gpt
+    from tutorial_lib.training import TrainConfig
+
+    dataset = _small_dataset()
+    cfg = _gpt_config(d_vocab=dataset.tokenizer.d_vocab, n_ctx=8, n_layers=1)
+    short = TrainConfig(max_steps=2 * CURVE_EVAL_INTERVAL, lr=3e-3, warmup_steps=10, eval_interval=70)
+    model, record = load_or_train_char_run(dataset, model_cfg=cfg, train_cfg=short, batch_size=4, checkpoint_dir=tmp_path,
+                                           progress=False)
+    assert record["history"]["eval_steps"] == [CURVE_EVAL_INTERVAL, 2 * CURVE_EVAL_INTERVAL]
+    assert record["seconds"] == record["history"]["eval_seconds"][-1] > 0
+    plain, _ = train_char_gpt(dataset, model_cfg=cfg, train_cfg=short, batch_size=4, progress=False)
+    for ours, theirs in zip(model.state_dict().values(), plain.state_dict().values()):
+        torch.testing.assert_close(ours, theirs)  # evaluating more often changes nothing
+    again, kept = load_or_train_char_run(dataset, model_cfg=cfg, train_cfg=short, batch_size=4, checkpoint_dir=tmp_path)
+    assert kept == record and torch.equal(again.embed.weight, model.embed.weight)
+    assert first_time_below(record, 10.0) == (CURVE_EVAL_INTERVAL, record["history"]["eval_seconds"][0])
+    assert first_time_below(record, 0.0) is None
+    llama, _ = load_or_train_char_run(dataset, model_cfg=_config(d_vocab=dataset.tokenizer.d_vocab, n_ctx=8, n_layers=1),
+                                      train_cfg=short, batch_size=4, checkpoint_dir=tmp_path, progress=False)
+    assert isinstance(llama, Llama)
+
+
+def test_with_context_extends_rope_and_sinusoidal_but_not_a_learned_table() -> None:
+    from tutorial_lib.recipes import loss_by_position, with_context
+
+    dataset = _small_dataset()
+    cfg = _gpt_config(d_vocab=dataset.tokenizer.d_vocab, n_ctx=8)
+    for cls in (RotaryGPT, SinusoidalGPT):
+        torch.manual_seed(0)
+        model = cls(cfg).eval()
+        longer = with_context(model, 16)
+        assert longer.cfg.n_ctx == 16 and not longer.training
+        tokens = _tokens(2, 8, d_vocab=cfg.d_vocab)
+        torch.testing.assert_close(longer(tokens), model(tokens))  # the first 8 positions are unchanged
+        losses = loss_by_position(longer, dataset.val, 16, batch_size=8)
+        assert losses.shape == (16,) and torch.isfinite(losses).all()
+        torch.testing.assert_close(loss_by_position(longer, dataset.val, 8, batch_size=8),
+                                   loss_by_position(model, dataset.val, 8, batch_size=8))
+    learned = GPT(cfg)
+    with pytest.raises(ValueError, match="learned position table of 8 rows"):
+        with_context(learned, 9)
+    assert with_context(learned, 8).pos_embed.weight.shape == (8, 32)
+    with pytest.raises(ValueError, match="n_ctx=8"):
+        loss_by_position(learned, dataset.val, 9)
+
+
+def test_loss_by_position_with_a_window_equals_the_full_causal_loss_within_the_window() -> None:
+    from tutorial_lib.recipes import loss_by_position
+
+    dataset = _small_dataset()
+    torch.manual_seed(0)
+    model = RotaryGPT(_gpt_config(d_vocab=dataset.tokenizer.d_vocab, n_ctx=16))
+    full = loss_by_position(model, dataset.val, 16, batch_size=8)
+    windowed = loss_by_position(model, dataset.val, 16, window=4, batch_size=8)
+    torch.testing.assert_close(windowed[:4], full[:4])  # the first 4 positions see at most 4 keys either way
+    assert not torch.allclose(windowed[8:], full[8:])
+    with pytest.raises(ValueError, match="window"):
+        loss_by_position(model, dataset.val, 16, window=0)

@@ -13,6 +13,8 @@ from tutorial_lib.rope import (
     RotaryEmbedding,
     RotaryMultiHeadAttention,
     apply_rope,
+    interleaved_to_halves,
+    permute_to_halves,
     rope_frequencies,
     rope_tables,
 )
@@ -178,3 +180,46 @@ def test_bad_input_raises(without_annotation_checks) -> None:
         attn(_randn(1, 3, 16), _randn(1, 4, 16))
     with pytest.raises(ValueError, match="d_head"):
         RotaryMultiHeadAttention(12, 4, n_ctx=8)  # d_head = 3 is odd
+
+
+def _meta_rope(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
+    """Meta's LLaMA code (model.py, ``apply_rotary_emb``): interleaved pairs (2i, 2i + 1) as complex numbers, position t
+    multiplied by e^{i·t·θ_i}; positions along the second-to-last axis."""
+    seq, d = x.shape[-2], x.shape[-1]
+    freqs = 1.0 / (base ** (torch.arange(0, d, 2)[: d // 2].double() / d))
+    freqs_cis = torch.polar(torch.ones(seq, d // 2, dtype=torch.float64), torch.outer(torch.arange(seq).double(), freqs))
+    x_complex = torch.view_as_complex(x.double().reshape(*x.shape[:-1], -1, 2))
+    return torch.view_as_real(x_complex * freqs_cis).flatten(-2).float()
+
+
+def test_the_two_layouts_are_one_rotation_up_to_a_fixed_permutation() -> None:
+    assert interleaved_to_halves(8).tolist() == [0, 2, 4, 6, 1, 3, 5, 7]
+    x = _randn(2, 3, 10, 16, seed=5)
+    perm = interleaved_to_halves(16)
+    halves = RotaryEmbedding(16, n_ctx=10)(x[..., perm])[..., torch.argsort(perm)]
+    torch.testing.assert_close(halves, _meta_rope(x), atol=1e-5, rtol=1e-5)
+
+
+def test_permuted_weights_give_the_interleaved_models_scores() -> None:
+    d_model, n_heads, seq = 32, 4, 12
+    x = _randn(1, seq, d_model, seed=6)
+    w_q, w_k = _randn(d_model, d_model, seed=7), _randn(d_model, d_model, seed=8)
+
+    def heads(t: torch.Tensor) -> torch.Tensor:
+        return t.view(1, seq, n_heads, d_model // n_heads).transpose(1, 2)
+
+    meta = _meta_rope(heads(x @ w_q.T)) @ _meta_rope(heads(x @ w_k.T)).transpose(-2, -1)
+    rope = RotaryEmbedding(d_model // n_heads, n_ctx=seq)
+    ours = rope(heads(x @ permute_to_halves(w_q, n_heads).T)) @ rope(heads(x @ permute_to_halves(w_k, n_heads).T)).transpose(-2, -1)
+    torch.testing.assert_close(ours, meta, atol=1e-4, rtol=1e-5)
+    unpermuted = rope(heads(x @ w_q.T)) @ rope(heads(x @ w_k.T)).transpose(-2, -1)
+    assert (unpermuted - meta).abs().max() > 1.0  # loading Meta's weights unpermuted is another model
+
+
+def test_permutation_helpers_refuse_bad_input() -> None:
+    with pytest.raises(ValueError, match="d_head"):
+        interleaved_to_halves(5)
+    with pytest.raises(ValueError, match="n_heads"):
+        permute_to_halves(torch.zeros(8, 8), 0)
+    with pytest.raises(ValueError, match="n_heads=3"):
+        permute_to_halves(torch.zeros(8, 8), 3)

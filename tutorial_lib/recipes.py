@@ -30,11 +30,15 @@ from pathlib import Path
 
 import torch
 
+from tutorial_lib.ablation import CHANGES, Change
+from tutorial_lib.attention import sliding_window_mask
 from tutorial_lib.blocks import DecoderBlock
 from tutorial_lib.data.dates import DateSplits, DateVocab, Seq2SeqBatch, encode_pairs, make_date_splits, pad_sequences
 from tutorial_lib.data.shakespeare import CharDataset, default_cache_dir, get_batch
 from tutorial_lib.decoding import beam_search_batch, greedy_decode, transformer_batch_log_probs_fn
+from tutorial_lib.embeddings import LearnedPositionalEmbedding, check_sequence_fits
 from tutorial_lib.models.gpt import GPT, GPTConfig
+from tutorial_lib.models.llama import Llama, LlamaConfig, RotaryGPT, SinusoidalGPT
 from tutorial_lib.models.transformer import Transformer, TransformerConfig
 from tutorial_lib.training import (
     TrainConfig,
@@ -80,12 +84,17 @@ def train_char_gpt(
     seed: int = 0,
     callbacks: Iterable[Callable[[str, dict], None]] = (),
     progress: bool = True,
+    model: GPT | None = None,
 ) -> tuple[GPT, TrainHistory]:
-    """Build a GPT for ``dataset``'s vocabulary and train it; returns the model and its history."""
+    """Build a GPT for ``dataset``'s vocabulary and train it; returns the model and its history. A ``model`` passed in
+    (a GPT or a variant such as chapter 12's Llama, built by the caller) is trained instead, on the same batches."""
+    model_cfg = model_cfg if model is None else model.cfg
     if model_cfg.d_vocab != dataset.tokenizer.d_vocab:
         raise ValueError(f"model_cfg.d_vocab={model_cfg.d_vocab} but the dataset has {dataset.tokenizer.d_vocab} characters")
-    torch.manual_seed(seed)
-    model = GPT(model_cfg).to(device)
+    if model is None:
+        torch.manual_seed(seed)
+        model = GPT(model_cfg)
+    model = model.to(device)
     generator = torch.Generator().manual_seed(seed)
     val_batches = split_batches(dataset.val, model_cfg.n_ctx)
     cycle = itertools.cycle(val_batches)
@@ -134,9 +143,138 @@ def load_or_train_char_gpt(
     if path.exists():
         load_checkpoint(path, model)
         return model.to(device).eval()
-    model, _ = train_char_gpt(dataset, model_cfg=model_cfg, train_cfg=train_cfg, device=device, progress=progress)
+    # Trained as a kept run (the same model, evaluated more often), so that chapter 12 finds its curve too.
+    model, _ = load_or_train_char_run(dataset, model_cfg=model_cfg, train_cfg=train_cfg, checkpoint_dir=checkpoint_dir,
+                                      device=device, progress=progress)
     save_checkpoint(path, model, step=train_cfg.max_steps, config=model_cfg)
     return model.eval()
+
+
+# --- chapter 12: the recipe's runs kept with their curves; positions compared at the ablation scale ----------------
+#
+# The LLaMA variant of the reference model: the same sizes, RoPE, RMSNorm, SwiGLU (d_ff = 8/3 · 128 rounded up to a
+# multiple of 32: 352), no biases, untied head. Trained with the recipe's optimiser and schedule for as many updates
+# as fit in the time of the GPT's 600: one update took 99-102 ms against the GPT's 92-93 ms on the 2-core machine
+# (2 threads), so 555 updates, with the cosine schedule fitted to them.
+CHAR_LLAMA_CONFIG = LlamaConfig(
+    d_vocab=65, n_ctx=64, d_model=128, n_heads=4, n_layers=4, fast_attention=True, fast_norm=True
+)
+CHAR_LLAMA_TRAIN_CONFIG = dataclasses.replace(CHAR_TRAIN_CONFIG, max_steps=555)
+CURVE_EVAL_INTERVAL = 50  # updates between two evaluations (on the whole validation split) of a kept run
+
+
+def char_run_path(
+    model_cfg: GPTConfig = CHAR_GPT_CONFIG,
+    train_cfg: TrainConfig = CHAR_TRAIN_CONFIG,
+    batch_size: int = CHAR_BATCH_SIZE,
+    *,
+    seed: int = 0,
+    checkpoint_dir: str | Path | None = None,
+) -> Path:
+    """Where :func:`load_or_train_char_run` keeps a run: named after a hash of everything that decides it."""
+    recipe = repr((model_cfg, train_cfg, batch_size, seed, CURVE_EVAL_INTERVAL)).encode()
+    return Path(checkpoint_dir or default_cache_dir()) / f"char_run_{hashlib.sha256(recipe).hexdigest()[:12]}.pt"
+
+
+def load_or_train_char_run(
+    dataset: CharDataset,
+    *,
+    model_cfg: GPTConfig = CHAR_GPT_CONFIG,
+    train_cfg: TrainConfig = CHAR_TRAIN_CONFIG,
+    batch_size: int = CHAR_BATCH_SIZE,
+    seed: int = 0,
+    checkpoint_dir: str | Path | None = None,
+    device: torch.device | str = "cpu",
+    progress: bool = True,
+) -> tuple[GPT, dict]:
+    """A run of the character recipe kept with its record, so that runs can be compared by their curves.
+
+    ``model_cfg`` is a :class:`GPTConfig` (a GPT, exactly the model :func:`train_char_gpt` trains) or a
+    :class:`LlamaConfig` (a :class:`Llama`). The validation loss is measured on the whole validation split every
+    :data:`CURVE_EVAL_INTERVAL` updates; an evaluation draws no random number and changes no weight, so the run is the
+    same as with the recipe's own interval. Returns the model and its record: ``history`` (the
+    :class:`TrainHistory` as a dict, with the seconds of training at each evaluation) and ``seconds``. Trained once,
+    then read back from the user cache, under a name that hashes the settings."""
+    path = char_run_path(model_cfg, train_cfg, batch_size, seed=seed, checkpoint_dir=checkpoint_dir)
+    build = Llama if isinstance(model_cfg, LlamaConfig) else GPT
+    if path.exists():
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+        model = build(model_cfg)
+        model.load_state_dict(saved["model"], strict=True)
+        return model.to(device).eval(), saved["record"]
+    torch.manual_seed(seed)
+    model, history = train_char_gpt(
+        dataset, train_cfg=dataclasses.replace(train_cfg, eval_interval=CURVE_EVAL_INTERVAL), batch_size=batch_size,
+        device=device, seed=seed, progress=progress, model=build(model_cfg),
+    )
+    record = {"history": dataclasses.asdict(history), "seconds": history.eval_seconds[-1]}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"model": model.state_dict(), "record": record}, path)
+    return model.eval(), record
+
+
+def first_time_below(record: dict, target: float) -> tuple[int, float] | None:
+    """The first evaluation of a kept run whose validation loss is at or below ``target``: ``(update, seconds of
+    training)``, or None when the run never gets there."""
+    history = record["history"]
+    for step, seconds, loss in zip(history["eval_steps"], history["eval_seconds"], history["val_loss"]):
+        if loss <= target:
+            return step, seconds
+    return None
+
+
+POSITION_CHANGES = {  # chapter 12's comparison of positions, at the ablation runner's scale (n_ctx = 32)
+    "learned": CHANGES["baseline"],
+    "rope": Change("rope", "RoPE in every attention layer instead of learned positions", build=RotaryGPT),
+    "sinusoidal": Change("sinusoidal", "the paper's sinusoidal encoding (tokens × √d_model) instead of learned positions",
+                         build=SinusoidalGPT),
+}
+
+
+def with_context(model: GPT, n_ctx: int) -> GPT:
+    """The same weights in a model built for ``n_ctx`` positions (evaluation beyond the training length).
+
+    RoPE's and the sinusoidal encoding's tables are functions of the position, rebuilt for any ``n_ctx``; a learned
+    position table has a row per trained position only, so a GPT with learned positions cannot be extended: that is a
+    ``ValueError``."""
+    if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 1:
+        raise ValueError(f"n_ctx must be a positive int, got {n_ctx!r}")
+    table = model.pos_embed.weight if isinstance(model.pos_embed, LearnedPositionalEmbedding) else None
+    if table is not None and n_ctx > table.shape[0]:
+        raise ValueError(f"n_ctx={n_ctx} exceeds the learned position table of {table.shape[0]} rows: positions "
+                         f"{table.shape[0]} and beyond have no embedding to look up")
+    extended = type(model)(model.cfg.replace(n_ctx=n_ctx))
+    extended.load_state_dict(model.state_dict() if table is None else {**model.state_dict(), "pos_embed.weight": table[:n_ctx]},
+                             strict=True)
+    return extended.to(next(model.parameters()).device).eval()
+
+
+@torch.no_grad()
+def loss_by_position(
+    model: GPT, data: torch.Tensor, seq_len: int, *, window: int | None = None, batch_size: int = 64
+) -> torch.Tensor:
+    """The mean next-token loss at each position ``0 .. seq_len - 1`` over ``data`` cut into consecutive windows
+    (:func:`split_batches`). ``window`` restricts attention to the last ``window`` keys (a sliding window): positions
+    beyond it are still computed, but no query sees a key more than ``window - 1`` positions back."""
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+        raise ValueError(f"window must be a positive int or None, got {window!r}")
+    check_sequence_fits(seq_len, model.cfg.n_ctx)
+    mask = None if window is None else sliding_window_mask(seq_len, window)
+    total, count = torch.zeros(seq_len, dtype=torch.float64), 0
+    was_training = model.training
+    model.eval()
+    for x, y in split_batches(data, seq_len, batch_size):
+        h = model.embed(x)
+        if model.pos_embed is not None:
+            h = h + model.pos_embed(seq_len)
+        for block in model.blocks:
+            h = block(h, mask=mask, causal=mask is None)
+        logits = model.unembed(model.ln_final(h))
+        losses = torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none")
+        total += losses.view(x.shape).sum(dim=0).double()
+        count += x.shape[0]
+    model.train(was_training)
+    return (total / count).float()
 
 
 # --- chapter 07: the paper's encoder-decoder Transformer, on date normalisation ----------------------------------------

@@ -93,6 +93,34 @@ def apply_rope(
     return x * cos + rotate_half(x) * sin
 
 
+def interleaved_to_halves(d_head: int) -> Int[Tensor, " d_head"]:
+    """The fixed permutation between RoPE's two layouts: ``x_halves = x_interleaved[..., perm]``.
+
+    The paper and Meta's LLaMA code pair dimensions ``(2i, 2i + 1)``; GPT-NeoX and Hugging Face pair ``(i, i + d/2)``.
+    Taking the even dimensions first, then the odd ones, moves pair ``i`` of the first layout onto pair ``i`` of the
+    second, with the same angle ``θ_i``. Its inverse is ``torch.argsort(perm)``.
+    """
+    _check_d_head(d_head)
+    return torch.cat([torch.arange(0, d_head, 2), torch.arange(1, d_head, 2)])
+
+
+def permute_to_halves(weight: Float[Tensor, "d_out d_in"], n_heads: int) -> Float[Tensor, "d_out d_in"]:
+    """A W^Q or W^K trained with interleaved RoPE, its output rows reordered head by head for the halves layout.
+
+    ``nn.Linear`` weights have one row per output dimension; rows ``h·d_head .. (h+1)·d_head - 1`` belong to head
+    ``h``. Permuting each head's rows by :func:`interleaved_to_halves` gives a model whose halves-layout RoPE scores
+    equal the original's interleaved ones: Hugging Face does this once when it converts Meta's LLaMA checkpoints.
+    """
+    if isinstance(n_heads, bool) or not isinstance(n_heads, int) or n_heads < 1:
+        raise ValueError(f"n_heads must be a positive int, got {n_heads!r}")
+    if weight.dim() != 2 or weight.shape[0] % n_heads:
+        raise ValueError(f"weight must be a matrix whose {weight.shape[0] if weight.dim() else 0} rows split into "
+                         f"n_heads={n_heads} heads, got shape {tuple(weight.shape)}")
+    d_head = weight.shape[0] // n_heads
+    perm = interleaved_to_halves(d_head).to(weight.device)
+    return weight.view(n_heads, d_head, -1)[:, perm].reshape(weight.shape)
+
+
 class RotaryEmbedding(nn.Module):
     """The cos/sin tables of :func:`rope_tables` as buffers (they follow ``.to(device)``, are not trained and are
     not saved: they are a function of the configuration), and :func:`apply_rope` with them."""

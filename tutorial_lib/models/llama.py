@@ -10,6 +10,9 @@ Main differences with :class:`~tutorial_lib.models.gpt.GPT`, and nothing else:
 4. **No biases** anywhere, and an **untied** output head (configurable).
 
 :meth:`Llama.from_hf_llama_state_dict` loads Hugging Face's ``LlamaForCausalLM`` weights (same rotate-half layout).
+
+Two GPTs that differ from GPT-2 by their positions alone, for chapter 12's comparisons: :class:`RotaryGPT` (change 1
+and nothing else) and :class:`SinusoidalGPT` (the paper's §3.5 encoding).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import torch
 from torch import Tensor
 
 from tutorial_lib.blocks import TransformerBlock
+from tutorial_lib.embeddings import SinusoidalPositionalEncoding
 from tutorial_lib.models.gpt import GPT, GPTConfig
 from tutorial_lib.normalization import RMSNorm
 from tutorial_lib.rope import RotaryMultiHeadAttention
@@ -64,6 +68,32 @@ class LlamaConfig(GPTConfig):
         super().__post_init__()
         if self.d_head % 2:
             raise ValueError(f"d_model / n_heads = {self.d_head} must be even: RoPE rotates pairs of dimensions")
+
+
+class RotaryGPT(GPT):
+    """Main difference with :class:`GPT`: RoPE inside every attention layer instead of learned positions (LLaMA's
+    change 1 alone: LayerNorm, ReLU or GELU, biases and the tied head stay GPT-2's)."""
+
+    def make_position_embedding(self, cfg: GPTConfig) -> None:
+        return None
+
+    def make_block(self, cfg: GPTConfig) -> TransformerBlock:
+        block = super().make_block(cfg)
+        block.attn = RotaryMultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.n_ctx, bias=cfg.bias, fast=cfg.fast_attention)
+        return block
+
+
+class SinusoidalGPT(GPT):
+    """Main difference with :class:`GPT`: the paper's fixed sinusoidal encoding (§3.5) instead of learned positions,
+    and token embeddings multiplied by √d_model as §3.4 does, so that the tokens are not drowned by an encoding of
+    size 1 (GPT-2's token embeddings start at std 0.02)."""
+
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__(cfg)
+        self.embed.scale = math.sqrt(cfg.d_model)
+
+    def make_position_embedding(self, cfg: GPTConfig) -> SinusoidalPositionalEncoding:
+        return SinusoidalPositionalEncoding(cfg.n_ctx, cfg.d_model)
 
 
 class LlamaBlock(TransformerBlock):

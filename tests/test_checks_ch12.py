@@ -1,0 +1,190 @@
+"""Chapter 12's checks: answers written as learners write them, right and wrong (independently of the catalogue)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tutorial_lib.checks import check, get_exercise
+from tutorial_lib.models.llama import LlamaBlock, LlamaConfig
+from tutorial_lib.rope import rope_tables
+
+# --- rope tables -----------------------------------------------------------------------------------------------------
+
+
+def tables_right(n_ctx, d_head, base=10000.0):
+    inv_freq = 1.0 / (base ** (torch.arange(0, d_head, 2, dtype=torch.int64).float() / d_head))  # Hugging Face's form
+    freqs = torch.outer(torch.arange(n_ctx).float(), inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def tables_like(**wrong):
+    def tables(n_ctx, d_head, base=10000.0):
+        dims = torch.arange(d_head // 2).double() if wrong.get("i_over_d") else torch.arange(0, d_head, 2).double()
+        inv_freq = base ** (dims / d_head) if wrong.get("positive") else 1.0 / base ** (dims / d_head)
+        positions = torch.arange(1, n_ctx + 1).double() if wrong.get("from_one") else torch.arange(n_ctx).double()
+        freqs = positions[:, None] * inv_freq[None, :]
+        if wrong.get("interleaved"):
+            emb = torch.stack([freqs, freqs], dim=-1).reshape(n_ctx, d_head)
+        elif wrong.get("once"):
+            emb = freqs
+        else:
+            emb = torch.cat([freqs, freqs], dim=1)
+        cos, sin = torch.cos(emb).float(), torch.sin(emb).float()
+        return (sin, cos) if wrong.get("swap") else (cos, sin)
+
+    return tables
+
+
+# --- apply_rope ----------------------------------------------------------------------------------------------------------
+
+
+def apply_right(x, cos, sin, offset=0):
+    seq, half = x.shape[-2], x.shape[-1] // 2
+    c, s = cos[offset : offset + seq], sin[offset : offset + seq]
+    x1, x2 = x[..., :half], x[..., half:]
+    # the 2-D rotation of each pair (x1_i, x2_i), written out: both halves of c and s hold the same angles
+    return torch.cat([x1 * c[:, :half] - x2 * s[:, :half], x2 * c[:, half:] + x1 * s[:, half:]], dim=-1)
+
+
+def apply_like(**wrong):
+    def apply(x, cos, sin, offset=0):
+        seq, half = x.shape[-2], x.shape[-1] // 2
+        if wrong.get("no_offset"):
+            c, s = cos[:seq], sin[:seq]
+        elif wrong.get("one_row"):
+            c, s = cos[offset], sin[offset]
+        else:
+            c, s = cos[offset : offset + seq], sin[offset : offset + seq]
+        if wrong.get("pairs"):
+            rotated = torch.empty_like(x)
+            rotated[..., 0::2], rotated[..., 1::2] = -x[..., 1::2], x[..., 0::2]
+        elif wrong.get("no_minus"):
+            rotated = torch.cat([x[..., half:], x[..., :half]], dim=-1)
+        elif wrong.get("backwards"):
+            rotated = torch.cat([x[..., half:], -x[..., :half]], dim=-1)
+        else:
+            rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+        return x * c + rotated * s
+
+    return apply
+
+
+# --- llama_block ---------------------------------------------------------------------------------------------------------
+
+
+def block_like(**wrong):
+    def block(x, weights, n_heads, cos, sin, eps=1e-6):
+        batch, seq, d_model = x.shape
+        d_head = d_model // n_heads
+
+        def norm(h, w):
+            if wrong.get("centre"):
+                h = h - h.mean(-1, keepdim=True)
+            return w * h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+
+        def rope(t):
+            t1, t2 = t[..., : d_head // 2], t[..., d_head // 2 :]
+            return t * cos[:seq] + torch.cat([-t2, t1], dim=-1) * sin[:seq]
+
+        def heads(t):
+            return t.view(batch, seq, n_heads, d_head).transpose(1, 2)
+
+        def attention(h):
+            q, k, v = heads(h @ weights["wq"]), heads(h @ weights["wk"]), heads(h @ weights["wv"])
+            if not wrong.get("late"):
+                q, k = rope(q), rope(k)
+            if wrong.get("v"):
+                v = rope(v)
+            mask = torch.ones(seq, seq, dtype=torch.bool).tril()
+            z = F.scaled_dot_product_attention(q, k, v, attn_mask=None if wrong.get("no_mask") else mask,
+                                               scale=1 / math.sqrt(d_model) if wrong.get("d_model") else None)
+            if wrong.get("late"):
+                z = rope(z)
+            return z.transpose(1, 2).reshape(batch, seq, d_model) @ weights["wo"]
+
+        def mlp(h):
+            return (F.silu(h @ weights["w_gate"]) * (h @ weights["w_up"])) @ weights["w_down"]
+
+        if wrong.get("post"):
+            x = norm(x + attention(x), weights["attn_norm"])
+            return norm(x + mlp(x), weights["ffn_norm"])
+        x = x + attention(norm(x, weights["attn_norm"]))
+        return x + mlp(norm(x, weights["ffn_norm"]))
+
+    return block
+
+
+LEARNER_MISTAKES = [
+    ("12.rope_tables", tables_like(i_over_d=True), "frequencies_i_over_d"),
+    ("12.rope_tables", tables_like(interleaved=True), "interleaved_layout"),
+    ("12.rope_tables", tables_like(once=True), "angles_not_duplicated"),
+    ("12.rope_tables", tables_like(from_one=True), "positions_from_one"),
+    ("12.rope_tables", tables_like(positive=True), "positive_exponent"),
+    ("12.rope_tables", tables_like(swap=True), "cos_sin_swapped"),
+    ("12.apply_rope", apply_like(no_offset=True), "offset_ignored"),
+    ("12.apply_rope", apply_like(one_row=True), "one_position_for_all"),
+    ("12.apply_rope", apply_like(pairs=True), "interleaved_pairs"),
+    ("12.apply_rope", apply_like(backwards=True), "rotated_backwards"),
+    ("12.apply_rope", apply_like(no_minus=True), "swapped_without_sign"),
+    ("12.llama_block", block_like(v=True), "values_rotated"),
+    ("12.llama_block", block_like(late=True), "rope_after_scores"),
+    ("12.llama_block", block_like(centre=True), "rms_norm_subtracts_mean"),
+    ("12.llama_block", block_like(no_mask=True), "no_causal_mask"),
+    ("12.llama_block", block_like(post=True), "norm_after_residual"),
+    ("12.llama_block", block_like(d_model=True), "scaled_by_d_model"),
+]
+
+
+@pytest.mark.parametrize(("exercise_id", "learner", "mistake"), LEARNER_MISTAKES,
+                         ids=[f"{e}-{m}" for e, _, m in LEARNER_MISTAKES])
+def test_a_learners_mistake_is_named(exercise_id, learner, mistake):
+    result = check(exercise_id, learner)
+    named = next(m for m in get_exercise(exercise_id).mistakes if m.name == mistake)
+    assert result.points == 0 and result.mistake == mistake, result.verdict
+    assert f"It looks like you {named.description}." in result.verdict
+
+
+def test_every_catalogued_mistake_has_a_learner_version_here():
+    exercises = ("12.rope_tables", "12.apply_rope", "12.llama_block")
+    catalogued = {(e, m.name) for e in exercises for m in get_exercise(e).mistakes}
+    assert catalogued == {(e, m) for e, _, m in LEARNER_MISTAKES}
+
+
+@pytest.mark.parametrize(("exercise_id", "answer"), [
+    ("12.rope_tables", tables_right), ("12.rope_tables", tables_like()), ("12.apply_rope", apply_right),
+    ("12.apply_rope", apply_like()), ("12.llama_block", block_like()),
+])
+def test_a_correct_answer_written_differently_passes(exercise_id, answer):
+    assert check(exercise_id, answer).passed
+
+
+def test_the_references_are_the_package_functions_and_the_llama_block():
+    from tutorial_lib.checks.ch12 import reference_apply_rope, reference_llama_block, reference_rope_tables
+    from tutorial_lib.rope import RotaryEmbedding
+
+    for got, want in zip(reference_rope_tables(12, 8, 500.0), rope_tables(12, 8, 500.0)):
+        assert torch.equal(got, want)
+    x = torch.randn(2, 3, 4, 8)
+    cos, sin = rope_tables(12, 8)
+    torch.testing.assert_close(reference_apply_rope(x, cos, sin, offset=5), RotaryEmbedding(8, 12)(x, offset=5))
+
+    cfg = LlamaConfig(d_vocab=10, n_ctx=12, d_model=32, n_heads=4, n_layers=1, layer_norm_eps=1e-5)
+    block = LlamaBlock(cfg).eval()
+    with torch.no_grad():
+        for parameter in block.parameters():
+            parameter.add_(0.1 * torch.randn_like(parameter))  # norms off 1
+    weights = {
+        "attn_norm": block.attn_residual.norm.weight, "ffn_norm": block.ffn_residual.norm.weight,
+        "wq": block.attn.q_proj.weight.T, "wk": block.attn.k_proj.weight.T, "wv": block.attn.v_proj.weight.T,
+        "wo": block.attn.out_proj.weight.T, "w_gate": block.ffn.gate.weight.T, "w_up": block.ffn.up.weight.T,
+        "w_down": block.ffn.down.weight.T,
+    }
+    x = torch.randn(2, 9, 32) + 0.5
+    cos, sin = rope_tables(12, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(reference_llama_block(x, weights, 4, cos, sin, 1e-5), block(x, causal=True))

@@ -1,0 +1,371 @@
+"""Chapter 12's exercises: RoPE's tables, RoPE applied with a KV-cache offset, and a LLaMA block's forward pass.
+
+- ``12.rope_tables`` is the package's :func:`~tutorial_lib.rope.rope_tables` (the halves layout of Hugging Face's
+  LLaMA: dimensions ``i`` and ``i + d_head/2`` share the angle ``m·θ_i``), on contexts short enough that float32 angles
+  are exact to the tolerance.
+- ``12.apply_rope`` rotates queries or keys of shape ``(batch, n_heads, seq, d_head)`` at positions
+  ``offset .. offset + seq - 1``; the cases include one new token after seven cached ones (generation) and a block of
+  tokens after an offset, so that a learner who ignores the offset, or uses position ``offset`` for every token, is
+  caught.
+- ``12.llama_block`` is one pre-norm block with RMSNorm, causal multi-head attention with RoPE on q and k, and SwiGLU,
+  no biases, weights given as matrices used as ``x @ w``. Its reference is written with the package's functions; the
+  tests check it against :class:`~tutorial_lib.models.llama.LlamaBlock` with the same weights. The inputs have a
+  non-zero mean per position, so that an RMSNorm that subtracts the mean is told apart, and one case has ε = 0.5.
+
+As in ``ch03``, the mistakes are written the way a learner would write them and carry no annotations.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from tutorial_lib.attention import causal_mask
+from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
+from tutorial_lib.multi_head import merge_heads, split_heads
+from tutorial_lib.rope import apply_rope, rope_tables
+
+# --- 12.rope_tables -----------------------------------------------------------------------------------------------------
+
+
+def reference_rope_tables(n_ctx, d_head, base=10000.0):
+    """cos and sin of ``m·θ_i``, θ_i = base^(-2i/d_head), row ``m`` laid out ``[θ_0 .. θ_(d/2-1), θ_0 .. θ_(d/2-1)]``."""
+    return rope_tables(n_ctx, d_head, base)
+
+
+def _tables_cases(generator: torch.Generator) -> list[Case]:
+    return [
+        Case.of(n_ctx=8, d_head=8, base=10000.0, note="8 positions, d_head 8"),
+        Case.of(n_ctx=16, d_head=4, base=100.0, note="base 100"),
+        Case.of(n_ctx=5, d_head=16, base=10000.0),
+        Case.of(n_ctx=32, d_head=64, base=500000.0, note="LLaMA 3's base 500,000"),
+    ]
+
+
+def _tables_like(*, two_i=True, sign=-1, layout="halves", start=0, swap=False, duplicate=True, dtype=torch.float32):
+    """A learner's rope_tables; each keyword reproduces one way of getting it wrong (``dtype``: where the angles are
+    computed, which matters for the huge angles of growing frequencies)."""
+
+    def rope_tables(n_ctx, d_head, base=10000.0):
+        i = torch.arange(d_head // 2, dtype=dtype)
+        exponent = (2 * i if two_i else i) / d_head
+        theta = base ** (sign * exponent)
+        angles = torch.arange(start, start + n_ctx, dtype=dtype)[:, None] * theta[None, :]
+        if duplicate:
+            angles = angles.repeat_interleave(2, dim=-1) if layout == "interleaved" else torch.cat([angles, angles], dim=-1)
+        cos, sin = angles.cos().float(), angles.sin().float()
+        return (sin, cos) if swap else (cos, sin)
+
+    return rope_tables
+
+
+def _tables_d_minus_2(n_ctx, d_head, base=10000.0):
+    theta = base ** (-torch.arange(0, d_head, 2) / (d_head - 2))
+    angles = torch.arange(n_ctx)[:, None] * theta[None, :]
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos(), angles.sin()
+
+
+def _tables_one_row_short(n_ctx, d_head, base=10000.0):
+    cos, sin = reference_rope_tables(n_ctx, d_head, base)
+    return cos[:-1], sin[:-1]
+
+
+ROPE_TABLES = Exercise(
+    id="12.rope_tables",
+    reference=reference_rope_tables,
+    cases=_tables_cases,
+    points=1,
+    outputs=("cos", "sin"),
+    axes={"cos": "n_ctx d_head", "sin": "n_ctx d_head"},
+    checked="8 and 16 positions, d_head 4 to 64, bases 100, 10,000 and 500,000, in the halves layout",
+    hint=(
+        "θ_i = base ** (-2i / d_head) for i from 0 to d_head/2 - 1 (`torch.arange(0, d_head, 2) / d_head`); the angles "
+        "are position × θ for positions 0 to n_ctx - 1, an (n_ctx, d_head/2) grid, written twice side by side with "
+        "`torch.cat([angles, angles], dim=-1)`; return (angles.cos(), angles.sin())."
+    ),
+    mistakes=(
+        Mistake("frequencies_i_over_d", "computed the frequencies as base^(-i/d_head) instead of base^(-2i/d_head)",
+                "The exponent runs over the even dimensions: θ_i = base^(-2i/d_head), so the slowest pair turns by "
+                "about 1/base per position (with -i/d_head it never gets slower than 1/√base).",
+                (_tables_like(two_i=False),)),
+        Mistake("interleaved_layout", "laid the angles out interleaved, θ_0, θ_0, θ_1, θ_1 and so on, instead of in halves",
+                "The paper and Meta's code pair dimensions (2i, 2i + 1); this book and Hugging Face pair (i, i + d/2), "
+                "whose tables hold the d_head/2 angles twice, side by side: `torch.cat([angles, angles], dim=-1)`, not "
+                "`repeat_interleave(2)`. Mixing the two layouts makes the rotation something else.",
+                (_tables_like(layout="interleaved"),)),
+        Mistake("angles_not_duplicated", "returned one angle per pair, (n_ctx, d_head/2), without repeating them",
+                "Both dimensions of a pair are multiplied by the same cos and sin: the tables have d_head columns, the "
+                "d_head/2 angles written twice.", (_tables_like(duplicate=False),)),
+        Mistake("positions_from_one", "numbered the positions from 1 instead of 0",
+                "The first token is at position 0 and is not rotated at all: row 0 of cos is all ones, of sin all "
+                "zeros. `torch.arange(n_ctx)`.", (_tables_like(start=1),)),
+        Mistake("positive_exponent", "computed base^(+2i/d_head), frequencies that grow instead of shrink",
+                "θ_i = base^(-2i/d_head): pair 0 turns by 1 radian per position and every later pair more slowly, "
+                "down to about 1/base.", (_tables_like(sign=1), _tables_like(sign=1, dtype=torch.float64))),
+        Mistake("cos_sin_swapped", "returned (sin, cos) instead of (cos, sin)",
+                "Return the cosine table first: `return angles.cos(), angles.sin()`.", (_tables_like(swap=True),)),
+    ),
+    mutants=(
+        Mutant("d_minus_2", "divides by d_head - 2 so that the last pair is exactly 1/base", _tables_d_minus_2),
+        Mutant("one_row_short", "leaves out the last position", _tables_one_row_short),
+    ),
+)
+
+
+# --- 12.apply_rope ------------------------------------------------------------------------------------------------------
+
+
+def reference_apply_rope(x, cos, sin, offset=0):
+    """x rotated at positions offset .. offset + seq - 1: ``x·cos + rotate_half(x)·sin`` with the tables' rows."""
+    return apply_rope(x, cos, sin, offset=offset)
+
+
+def _apply_cases(generator: torch.Generator) -> list[Case]:
+    def randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator, dtype=dtype)
+
+    def tables(n_ctx: int, d_head: int) -> dict[str, torch.Tensor]:
+        cos, sin = rope_tables(n_ctx, d_head)
+        return {"cos": cos, "sin": sin}
+
+    return [
+        Case.of(x=randn(2, 3, 5, 8), **tables(16, 8), offset=0, note="a prompt of 5 tokens"),
+        Case.of(x=randn(1, 2, 1, 8), **tables(16, 8), offset=7, note="one new token after 7 cached ones"),
+        Case.of(x=randn(2, 1, 4, 16), **tables(12, 16), offset=3, note="4 new tokens after 3 cached ones"),
+        Case.of(x=randn(1, 4, 6, 4, dtype=torch.float64), **tables(6, 4), offset=0, note="float64, the whole context"),
+        Case.of(x=randn(3, 2, 2, 8), **tables(10, 8), offset=8, note="the last two positions of the context"),
+    ]
+
+
+def _rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([-x2, x1], dim=-1)
+
+
+def _apply_like(*, rows="offset", rotate="half", sign=1.0):
+    """A learner's apply_rope; each keyword reproduces one way of getting it wrong."""
+
+    def rotated(x):
+        if rotate == "interleaved":  # pairs (2i, 2i + 1): [-x1, x0, -x3, x2, ...]
+            return torch.stack([-x[..., 1::2], x[..., 0::2]], dim=-1).flatten(-2)
+        if rotate == "swap":  # [x2, x1]: the halves exchanged, without the minus sign
+            x1, x2 = x.chunk(2, dim=-1)
+            return torch.cat([x2, x1], dim=-1)
+        return _rotate_half(x)
+
+    def apply_rope(x, cos, sin, offset=0):
+        seq = x.shape[-2]
+        if rows == "start":
+            cos, sin = cos[:seq], sin[:seq]
+        elif rows == "single":
+            cos, sin = cos[offset], sin[offset]
+        else:
+            cos, sin = cos[offset : offset + seq], sin[offset : offset + seq]
+        return x * cos + sign * rotated(x) * sin
+
+    return apply_rope
+
+
+def _apply_last_rows(x, cos, sin, offset=0):
+    seq = x.shape[-2]
+    return x * cos[-seq:] + _rotate_half(x) * sin[-seq:]
+
+
+def _apply_cos_twice(x, cos, sin, offset=0):
+    seq = x.shape[-2]
+    c = cos[offset : offset + seq]
+    return x * c + _rotate_half(x) * c
+
+
+APPLY_ROPE = Exercise(
+    id="12.apply_rope",
+    reference=reference_apply_rope,
+    cases=_apply_cases,
+    points=2,
+    outputs=("the rotated x",),
+    axes={"the rotated x": "seq d_head"},
+    checked=(
+        "a prompt, one new token after 7 cached ones, 4 tokens after 3, float64, and the last positions of the context"
+    ),
+    hint=(
+        "take the tables' rows of the positions offset to offset + seq - 1 (`cos[offset : offset + seq]`), then "
+        "x * cos + rotate_half(x) * sin with rotate_half(x) = torch.cat([-x2, x1], dim=-1), x1 and x2 the two halves "
+        "of the last axis."
+    ),
+    mistakes=(
+        Mistake("offset_ignored", "ignored the offset, rotating the new tokens as if they started at position 0",
+                "With a KV cache the new tokens follow `offset` cached ones: take rows offset to offset + seq - 1 of "
+                "the tables. Otherwise every generated token is rotated as position 0 and the model loses its place.",
+                (_apply_like(rows="start"),)),
+        Mistake("one_position_for_all", "rotated every token by the angles of position `offset`",
+                "`cos[offset]` is right only for one token at a time; a block of seq tokens needs the rows "
+                "`cos[offset : offset + seq]`, one position each.", (_apply_like(rows="single"),)),
+        Mistake("interleaved_pairs", "rotated interleaved pairs (2i, 2i + 1) with tables laid out in halves",
+                "The tables pair dimension i with i + d_head/2 (the halves layout): rotate_half must exchange the two "
+                "halves, [-x2, x1], not neighbouring dimensions. Mixing the layouts turns each pair by two different "
+                "angles: no longer a rotation, and the score stops depending on the offset alone.",
+                (_apply_like(rotate="interleaved"),)),
+        Mistake("rotated_backwards", "rotated by -θ instead of θ (the minus sign on the wrong half)",
+                "rotate_half(x) is [-x2, x1]: then x·cos + rotate_half(x)·sin turns (x1, x2) counter-clockwise, as "
+                "the reference tables and Hugging Face's weights expect.",
+                (_apply_like(sign=-1.0),)),
+        Mistake("swapped_without_sign", "exchanged the two halves without negating one, [x2, x1]",
+                "A rotation needs the minus sign: rotate_half(x) = [-x2, x1]. Without it the map is a reflection "
+                "mixed in, and the vector's length changes.", (_apply_like(rotate="swap"),)),
+    ),
+    mutants=(
+        Mutant("last_rows", "takes the tables' last seq rows whatever the offset", _apply_last_rows),
+        Mutant("cos_twice", "multiplies the rotated half by cos instead of sin", _apply_cos_twice),
+    ),
+)
+
+
+# --- 12.llama_block -----------------------------------------------------------------------------------------------------
+
+
+def _rms_norm(x, weight, eps):
+    return x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * weight
+
+
+def _attention(q, k, v, *, causal=True, scale=None):
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    scores = q @ k.transpose(-2, -1) * scale
+    if causal:
+        scores = scores.masked_fill(~causal_mask(q.shape[-2], device=q.device), float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def reference_llama_block(x, weights, n_heads, cos, sin, eps=1e-6):
+    """x + Attention(RMSNorm(x)), then + SwiGLU(RMSNorm(·)); RoPE on q and k at positions 0 .. seq - 1, causal."""
+    h = _rms_norm(x, weights["attn_norm"], eps)
+    q, k, v = (split_heads(h @ weights[name], n_heads) for name in ("wq", "wk", "wv"))
+    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    x = x + merge_heads(_attention(q, k, v)) @ weights["wo"]
+    h = _rms_norm(x, weights["ffn_norm"], eps)
+    return x + (F.silu(h @ weights["w_gate"]) * (h @ weights["w_up"])) @ weights["w_down"]
+
+
+def _block_cases(generator: torch.Generator) -> list[Case]:
+    def randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator, dtype=dtype)
+
+    def weights(d_model: int, d_ff: int, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+        square = {name: randn(d_model, d_model, dtype=dtype) / math.sqrt(d_model) for name in ("wq", "wk", "wv", "wo")}
+        return {
+            "attn_norm": 1 + 0.3 * randn(d_model, dtype=dtype), **square,
+            "ffn_norm": 1 + 0.3 * randn(d_model, dtype=dtype),
+            "w_gate": randn(d_model, d_ff, dtype=dtype) / math.sqrt(d_model),
+            "w_up": randn(d_model, d_ff, dtype=dtype) / math.sqrt(d_model),
+            "w_down": randn(d_ff, d_model, dtype=dtype) / math.sqrt(d_ff),
+        }
+
+    def tables(n_ctx: int, d_head: int, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+        cos, sin = rope_tables(n_ctx, d_head)
+        return {"cos": cos.to(dtype), "sin": sin.to(dtype)}
+
+    return [
+        Case.of(x=randn(2, 5, 16) + 0.5, weights=weights(16, 48), n_heads=4, **tables(8, 4), eps=1e-6,
+                note="4 heads of d_head 4"),
+        Case.of(x=randn(1, 7, 32) - 0.5, weights=weights(32, 96), n_heads=2, **tables(7, 16), eps=0.5,
+                note="2 heads of d_head 16, ε = 0.5"),
+        Case.of(x=randn(2, 4, 8, dtype=torch.float64) + 1.0, weights=weights(8, 24, torch.float64), n_heads=2,
+                **tables(16, 4, torch.float64), eps=1e-6, note="float64"),
+    ]
+
+
+def _block_like(*, norm="rms", rotate="qk", causal=True, scale="d_head", placement="pre", eps_inside=True):
+    """A learner's LLaMA block; each keyword reproduces one way of getting it wrong."""
+
+    def rms(x, weight, eps):
+        if norm == "layer":  # subtracts the mean: LayerNorm without its bias
+            x = x - x.mean(dim=-1, keepdim=True)
+        ms = x.pow(2).mean(dim=-1, keepdim=True)
+        return (x / torch.sqrt(ms + eps) if eps_inside else x / (torch.sqrt(ms) + eps)) * weight
+
+    def llama_block(x, weights, n_heads, cos, sin, eps=1e-6):
+        def residual(x, name, sublayer):
+            if placement == "post":
+                return rms(x + sublayer(x), weights[name], eps)
+            return x + sublayer(rms(x, weights[name], eps))
+
+        def attend(h):
+            q, k, v = (split_heads(h @ weights[name], n_heads) for name in ("wq", "wk", "wv"))
+            if rotate in ("qk", "qkv"):
+                q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            if rotate == "qkv":
+                v = apply_rope(v, cos, sin)
+            d = q.shape[-1] if scale == "d_head" else x.shape[-1]
+            z = _attention(q, k, v, causal=causal, scale=d**-0.5)
+            if rotate == "output":  # rotated after the scores were computed: the attention's output
+                z = apply_rope(z, cos, sin)
+            return merge_heads(z) @ weights["wo"]
+
+        def ffn(h):
+            return (F.silu(h @ weights["w_gate"]) * (h @ weights["w_up"])) @ weights["w_down"]
+
+        return residual(residual(x, "attn_norm", attend), "ffn_norm", ffn)
+
+    return llama_block
+
+
+def _block_gate_up_swapped(x, weights, n_heads, cos, sin, eps=1e-6):
+    swapped = {**weights, "w_gate": weights["w_up"], "w_up": weights["w_gate"]}
+    return reference_llama_block(x, swapped, n_heads, cos, sin, eps)
+
+
+def _block_softmax_over_queries(x, weights, n_heads, cos, sin, eps=1e-6):
+    h = _rms_norm(x, weights["attn_norm"], eps)
+    q, k, v = (split_heads(h @ weights[name], n_heads) for name in ("wq", "wk", "wv"))
+    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~causal_mask(x.shape[-2]), float("-inf"))
+    x = x + merge_heads(torch.softmax(scores, dim=-2).nan_to_num(0.0) @ v) @ weights["wo"]
+    h = _rms_norm(x, weights["ffn_norm"], eps)
+    return x + (F.silu(h @ weights["w_gate"]) * (h @ weights["w_up"])) @ weights["w_down"]
+
+
+LLAMA_BLOCK = Exercise(
+    id="12.llama_block",
+    reference=reference_llama_block,
+    cases=_block_cases,
+    points=2,
+    outputs=("the block's output",),
+    axes={"the block's output": "seq d_model"},
+    checked="4 heads of d_head 4, 2 heads of d_head 16 with ε = 0.5, and float64, inputs with a non-zero mean",
+    hint=(
+        "h = RMSNorm(x) with weights['attn_norm'] (x / sqrt(mean(x²) + eps) · w, no mean subtracted); q, k, v = h @ wq, "
+        "h @ wk, h @ wv split into heads; RoPE on q and k only; causal softmax(q kᵀ / √d_head) v; merge the heads, @ wo, "
+        "add to x; then the same with weights['ffn_norm'] and SwiGLU: (silu(h @ w_gate) * (h @ w_up)) @ w_down."
+    ),
+    mistakes=(
+        Mistake("values_rotated", "rotated the values too, not only the queries and keys",
+                "RoPE goes on q and k, whose dot product then depends on the offset alone. Rotating v makes each "
+                "position read a rotated copy of what a key holds, which depends on the key's absolute position.",
+                (_block_like(rotate="qkv"),)),
+        Mistake("rope_after_scores", "applied RoPE after the attention scores were computed",
+                "Rotate q and k before q kᵀ: the rotation is what puts the positions into the scores. Rotated "
+                "afterwards (or the attention's output rotated instead), the scores see no position at all.",
+                (_block_like(rotate="output"), _block_like(rotate="none"))),
+        Mistake("rms_norm_subtracts_mean", "subtracted the mean in RMSNorm",
+                "RMSNorm divides by the root of the mean of x², with no re-centring: x / sqrt(mean(x²) + eps) · w. "
+                "Subtracting the mean makes it LayerNorm without its bias.", (_block_like(norm="layer"),)),
+        Mistake("no_causal_mask", "left out the causal mask",
+                "Each position may attend to itself and the earlier ones only: fill the scores above the diagonal "
+                "with -inf before the softmax.", (_block_like(causal=False),)),
+        Mistake("norm_after_residual", "normalized after adding the sublayer (post-norm) instead of before it",
+                "LLaMA's block is pre-norm, x + Sublayer(RMSNorm(x)); the stream itself is never normalized inside "
+                "the block.", (_block_like(placement="post"),)),
+        Mistake("scaled_by_d_model", "divided the scores by √d_model instead of √d_head",
+                "Each head's dot products are over d_head dimensions, so the scaling of Eq. (1) is 1/√d_head.",
+                (_block_like(scale="d_model"),)),
+    ),
+    mutants=(
+        Mutant("gate_up_swapped", "puts SiLU on the up branch instead of the gate", _block_gate_up_swapped),
+        Mutant("eps_outside_root", "adds ε to the root instead of inside it", _block_like(eps_inside=False)),
+        Mutant("softmax_over_queries", "normalizes the attention over the queries", _block_softmax_over_queries),
+    ),
+)
+
+register(ROPE_TABLES, APPLY_ROPE, LLAMA_BLOCK)
