@@ -92,6 +92,32 @@ def test_header_problems_are_reported(tmp_path):
     assert "'# 03 · Title'" in notebook_header.problems(path, tmp_path)[0]
 
 
+def test_solutions_and_exercises_are_titled_after_their_chapter(tmp_path):
+    """In the book no two pages share a name: the solutions page is "Solutions · 07 Seven", never "07 · Seven"."""
+    _book(tmp_path, "https://github.com/someone/fork", "main")
+    chapter = tmp_path / "chapters" / "07_x.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# 07 · Seven")]), chapter)
+    for folder, expected in (("solutions", "# Solutions · 07 Seven"), ("exercises", "# Exercises · 07 Seven")):
+        path = tmp_path / folder / "07_x.ipynb"
+        # The author's first line in the chapter's form, or an outdated one: --write gives the chapter's title.
+        for written in ("# 07 · Seven", f"# {expected.split(' ')[1]} · 07 Old title"):
+            notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(written)])
+            nbformat.write(notebook_header.apply_header(notebook, path, tmp_path), path)
+            assert nbformat.read(path, as_version=4).cells[0].source.split("\n")[0] == expected
+            assert notebook_header.problems(path, tmp_path) == []
+        notebook = nbformat.read(path, as_version=4)
+        notebook.cells[0].source = notebook.cells[0].source.replace(expected, "# 07 · Seven")
+        nbformat.write(notebook, path)
+        assert "header cell 1 (title and badges) differs (run tools/notebook_header.py --write" in notebook_header.problems(path, tmp_path)[0]
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Solutions · 07 Seven")]), chapter)
+    assert "'# 07 · Title'" in notebook_header.problems(chapter, tmp_path)[0]  # a chapter keeps the chapter form
+
+
+def test_every_page_of_the_book_has_its_own_title():
+    titles = [nbformat.read(path, as_version=4).cells[0].source.split("\n")[0] for path in CHAPTERS + SOLUTIONS]
+    assert sorted(title for title in titles if titles.count(title) > 1) == []
+
+
 # --- build cells ----------------------------------------------------------------------------------------------------
 
 
