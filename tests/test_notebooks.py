@@ -169,27 +169,34 @@ def _has_assert(source: str) -> bool:
     return any(isinstance(node, ast.Assert) for node in ast.walk(ast.parse(python)))
 
 
+IGNORE_OUTPUT = "nbval-ignore-output"  # the cell tag nbval honours; a tag is metadata, which no reader sees
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
 def test_ignored_outputs_are_pinned_by_an_assert(path):
     unpinned = [
         cell.source.split("\n")[0]
         for cell in _code_cells(path)
-        if "NBVAL_IGNORE_OUTPUT" in cell.source and not _has_assert(cell.source)
+        if IGNORE_OUTPUT in cell.metadata.get("tags", []) and not _has_assert(cell.source)
     ]
     assert unpinned == [], "a cell whose output nbval ignores must assert the claim it shows"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
-def test_ignore_markers_are_ones_nbval_honours(path):
-    """nbval ignores a cell's output only for a comment that is exactly ``# NBVAL_IGNORE_OUTPUT``; a marker with
-    more on its line (``# NBVAL_IGNORE_OUTPUT: why``) is silently not honoured."""
-    near_misses = [
-        line.strip()
-        for cell in _code_cells(path)
-        for line in cell.source.split("\n")
-        if "NBVAL_IGNORE_OUTPUT" in line and line.strip().lstrip("#").strip() != "NBVAL_IGNORE_OUTPUT"
-    ]
-    assert near_misses == [], "put the marker alone on its line and the reason on the next"
+def test_no_nbval_marker_comments(path):
+    """nbval's comment markers (``# NBVAL_IGNORE_OUTPUT``, ``# NBVAL_SKIP``, …) are printed at the top of the cell in
+    the book, in Jupyter and on Colab; its cell tags (``nbval-ignore-output``) do the same and no reader sees them."""
+    markers = [cell.source.split("\n")[0] for cell in _code_cells(path) if "NBVAL_" in cell.source]
+    assert markers == [], f"use the cell tag {IGNORE_OUTPUT!r} (cell metadata) instead of a marker comment"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_ignore_tags_are_ones_nbval_honours(path):
+    """A misspelt tag (``nbval-ignore``, ``nbval_ignore_output``) is silently not honoured by nbval."""
+    near_misses = {
+        tag for cell in _code_cells(path) for tag in cell.metadata.get("tags", []) if "nbval" in tag.lower()
+    } - {IGNORE_OUTPUT, "nbval-skip", "nbval-raises-exception", "nbval-check-output"}
+    assert near_misses == set()
 
 
 def test_the_assert_rule_sees_asserts_only():
