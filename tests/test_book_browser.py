@@ -31,6 +31,7 @@ import http.server
 import os
 import re
 import shutil
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -38,7 +39,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
-import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))  # tools/ holds scripts, not a package
+from book_pages import toc_files as toc_pages  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
@@ -50,20 +53,6 @@ VERDICT = r"^\d\d\.\w+: .*?\(\d+/\d+ points?\)"  # a check's verdict, as tutoria
 
 
 # --- what the sources say the pages must show ---------------------------------------------------------------------
-
-
-def toc_pages(toc_path: Path = ROOT / "_toc.yml") -> list[str]:
-    """Every page of the book, in reading order: the root, then each ``file:`` of the table of contents."""
-    toc = yaml.safe_load(toc_path.read_text(encoding="utf-8"))
-
-    def files(node: object) -> list[str]:
-        if isinstance(node, dict):
-            return ([node["file"]] if "file" in node else []) + [f for value in node.values() for f in files(value)]
-        if isinstance(node, list):
-            return [f for item in node for f in files(item)]
-        return []
-
-    return [toc["root"], *files(toc.get("parts", toc.get("chapters", [])))]
 
 
 def _markdown_of(page: str, root: Path = ROOT) -> str:

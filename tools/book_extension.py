@@ -9,8 +9,9 @@
 - **On a phone.** ``book.js`` wires the visible sidebar buttons that the theme leaves dead; ``book.css`` lets display
   equations scroll inside their box, wraps check verdicts instead of scrolling them, and keeps widgets in the width.
 - **Anchors for the traceability page.** Each build cell of a chapter gets a label per symbol it shows,
-  ``cell-NN-module.name`` (e.g. ``cell-03-attention.scaled_dot_product_attention``), so ``[…](#cell-03-…)`` links
-  to the cell and a missing one fails the build (``-n``).
+  ``cell-NN-module.name`` in lower case (e.g. ``cell-03-attention.scaled_dot_product_attention``), so
+  ``[…](#cell-03-…)`` links to the cell and a missing one fails the build (``-n``); ``tools/book_pages.py`` writes
+  such links into ``traceability.md``.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def build_cell_labels(docname: str, source: str) -> list[tuple[str, str]]:
     module = match["module"].replace("/", ".")
     labels = []
     for name in match["names"].split(","):
-        label = f"cell-{chapter[1]}-{module}.{name.strip()}"
+        label = f"cell-{chapter[1]}-{module}.{name.strip()}".lower()  # Sphinx looks labels up in lower case
         labels.append((label, nodes.make_id(label)))
     return labels
 
