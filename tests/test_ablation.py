@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -223,3 +224,24 @@ def test_the_loss_by_position_averages_to_the_validation_loss(dataset):
     assert math.isclose(by_position.mean().item(), ablation.validation_loss(model, dataset, n_batches=2), rel_tol=1e-5)
     with pytest.raises(ValueError, match="n_batches must be a positive int"):
         ablation.validation_loss_by_position(model, dataset, n_batches=0)
+
+
+def test_a_change_of_a_redefined_class_is_still_a_change(without_annotation_checks):
+    @dataclasses.dataclass(frozen=True)
+    class NotebookChange:  # what a build cell or a reloaded module defines: the same fields, another class
+        name: str
+        description: str
+        model: dict = dataclasses.field(default_factory=dict)
+        train: dict = dataclasses.field(default_factory=dict)
+        surgery: object = None
+        build: object = None
+
+        def fingerprint(self) -> str:
+            return Change.fingerprint(self)
+
+    change = NotebookChange("two_heads", "two heads", model={"n_heads": 2})
+    with without_annotation_checks():  # notebooks run unchecked; the annotation names the package's class
+        assert ablation.resolve_change(change) is change and ablation.resolve_change("no_ffn") is CHANGES["no_ffn"]
+        assert build_ablated_model(change).cfg.n_heads == 2
+        with pytest.raises(ValueError, match="change must be a Change or one of"):
+            ablation.resolve_change(3)

@@ -12,6 +12,7 @@ from tutorial_lib.widgets.ablation_curves import (
     BASELINE_COLOR,
     ablation_curves_widget,
     plot_ablation_curves,
+    plot_ablation_deltas,
     plot_curve_overlay,
     plot_gradient_norms,
     plot_position_losses,
@@ -71,6 +72,9 @@ def test_the_overlay_draws_the_chosen_rows_and_curve():
     (lambda: ablation_curves_widget(RUNS, curve="test"), "curve must be one of"),
     (lambda: plot_position_losses({}), "curves must be a non-empty mapping"),
     (lambda: plot_gradient_norms({}), "norms must be a non-empty mapping"),
+    (lambda: plot_ablation_deltas({}, 0.01), "deltas must be a non-empty mapping"),
+    (lambda: plot_ablation_deltas({"a": 0.1}, 0.0), "sigma must be a positive number"),
+    (lambda: plot_ablation_deltas({"a": 0.1}, 0.01, k=-1), "k must be a positive number"),
 ])
 def test_bad_input_is_refused(call, message):
     with pytest.raises(ValueError, match=message):
@@ -96,6 +100,18 @@ def test_position_losses_and_gradient_norms_are_drawn_on_log_scales():
                                references={"uniform": 4.17})
     (ax,) = fig.axes
     assert ax.get_yscale() == "log" and len(ax.lines) == 3
-    fig = plot_gradient_norms({"init": torch.tensor([1.0, 0.5, 0.2]), "trained": torch.tensor([1e-9, 1e-6, 1e-2])})
+    fig = plot_gradient_norms({"a, init": torch.tensor([1.0, 0.5, 0.2]), "a, trained": torch.tensor([1e-9, 1e-6, 1e-2]),
+                               "b, init": torch.tensor([2.0, 1.0, 0.5])})
     (ax,) = fig.axes
-    assert ax.get_yscale() == "log" and [line.get_label() for line in ax.lines] == ["init", "trained"]
+    assert ax.get_yscale() == "log" and [line.get_label() for line in ax.lines] == ["a, init", "a, trained", "b, init"]
+    first, second, third = ax.lines
+    assert first.get_color() == second.get_color() != third.get_color()  # one colour per model
+    assert first.get_linestyle() == third.get_linestyle() != second.get_linestyle()  # one style per moment
+
+
+def test_the_deltas_are_bars_beside_the_noise_band():
+    fig = plot_ablation_deltas({"no_ffn": 0.29, "no_scaling": -0.011, "one_head": 0.017}, 0.004)
+    (ax,) = fig.axes
+    widths = [patch.get_width() for patch in ax.patches if patch.get_height() == 0.6]
+    assert widths == [0.29, -0.011, 0.017] and ax.get_xscale() == "symlog"
+    assert [tick.get_text() for tick in ax.get_yticklabels()] == ["no_ffn", "no_scaling", "one_head"]

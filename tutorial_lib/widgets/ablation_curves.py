@@ -171,13 +171,20 @@ def plot_position_losses(curves: Mapping[str, Tensor], *, references: Mapping[st
 
 
 def plot_gradient_norms(norms: Mapping[str, Tensor]) -> Figure:
-    """The gradient norm reaching each block (block 0 nearest the input), one line per entry, on a log scale."""
+    """The gradient norm reaching each block (block 0 nearest the input), one line per entry, on a log scale.
+
+    Labels of the form "model, when" share a colour per model and a line style per "when" (solid for the first one
+    met, then dashed, dotted), so "baseline, trained" and "baseline, at initialisation" read as a pair."""
     if not isinstance(norms, Mapping) or not norms:
         raise ValueError("norms must be a non-empty mapping from labels to per-block gradient norms")
     fig, ax = new_figure(1, 1, figsize=(6.0, 3.6))
-    colors = row_colors(list(norms), baseline="")
+    models = list(dict.fromkeys(label.split(",")[0] for label in norms))
+    whens = list(dict.fromkeys(label.split(",", 1)[1].strip() if "," in label else "" for label in norms))
+    colors = row_colors(models, baseline="")
+    styles = dict(zip(whens, ("-", "--", ":", "-.") * len(whens)))
     for label, values in norms.items():
-        ax.plot(range(len(values)), values.tolist(), "o-", color=colors[label], label=label)
+        model, when = label.split(",")[0], label.split(",", 1)[1].strip() if "," in label else ""
+        ax.plot(range(len(values)), values.tolist(), "o", ls=styles[when], color=colors[model], label=label)
     ax.set_yscale("log")
     n_blocks = max(len(values) for values in norms.values())
     ax.set_xticks(range(n_blocks))
@@ -185,4 +192,34 @@ def plot_gradient_norms(norms: Mapping[str, Tensor]) -> Figure:
     ax.set_ylabel("‖∂L/∂θ_block‖")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7)
+    return fig
+
+
+def plot_ablation_deltas(deltas: Mapping[str, float], sigma: float, *, k: float = 2.0) -> Figure:
+    """Each row's difference from the baseline's mean as a horizontal bar, with the band of ±k·σ (the noise between
+    the baseline's seeds) shaded. The axis is a symmetric log scale, linear within 2kσ of zero: a difference of a
+    hundredth stays visible beside one of a whole nat."""
+    if not isinstance(deltas, Mapping) or not deltas:
+        raise ValueError("deltas must be a non-empty mapping from row names to differences")
+    if not isinstance(sigma, (int, float)) or isinstance(sigma, bool) or not sigma > 0:
+        raise ValueError(f"sigma must be a positive number, got {sigma!r}")
+    if not isinstance(k, (int, float)) or isinstance(k, bool) or not k > 0:
+        raise ValueError(f"k must be a positive number, got {k!r}")
+    rows = list(deltas)
+    colors = row_colors(["baseline", *rows])
+    fig, ax = new_figure(1, 1, figsize=(6.0, 1.4 + 0.32 * len(rows)))
+    ax.axvspan(-k * sigma, k * sigma, color="0.85", zorder=0, label=f"within the noise: |Δ| ≤ {k:g}σ")
+    ax.barh(range(len(rows)), [deltas[row] for row in rows], color=[colors[row] for row in rows], height=0.6)
+    ax.axvline(0, color="k", lw=0.8)
+    ax.set_xscale("symlog", linthresh=2 * k * sigma)
+    limit = max(abs(value) for value in deltas.values()) * 3
+    ax.set_xlim(-limit, limit)
+    for i, row in enumerate(rows):
+        value = deltas[row]
+        ax.text(value, i, f" {value:+.3f} ", va="center", ha="left" if value >= 0 else "right", fontsize=8)
+    ax.set_yticks(range(len(rows)), rows)
+    ax.invert_yaxis()
+    ax.set_xlabel("validation loss minus the baseline's mean (nats; symmetric log scale)")
+    ax.grid(alpha=0.3, axis="x")
+    ax.legend(fontsize=8, loc="lower right")
     return fig
