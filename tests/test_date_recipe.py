@@ -46,9 +46,12 @@ def test_training_is_seeded_and_the_cache_gives_back_the_same_model(tmp_path):
     loaded, record_again = load_or_train_date_transformer(model_cfg=TINY, train_cfg=SHORT, batch_size=8, average_last=1,
                                                           checkpoint_dir=tmp_path)
     assert len(list(tmp_path.iterdir())) == 1 and record == record_again
-    assert set(record) == {"history", "seconds", "val_loss"} and record["val_loss"] > 0
+    assert set(record) == {"history", "seconds", "val_loss", "val_exact_match", "last_val_exact_match"}
+    assert record["val_loss"] > 0 and record["val_exact_match"] == record["last_val_exact_match"]  # nothing averaged
     for a, b in zip(trained.state_dict().values(), loaded.state_dict().values()):
         assert torch.equal(a, b)
+    for a, b in zip(trained.state_dict().values(), first.state_dict().values()):  # the cached run is the same run
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
 
 
 def test_without_the_causal_mask_the_decoder_reads_later_targets_and_the_cache_key_differs(tmp_path):

@@ -482,25 +482,40 @@ def load_or_train_date_transformer(
 ) -> tuple[Transformer, dict]:
     """The model of these settings, trained by :func:`train_date_transformer` or loaded from the checkpoint an
     earlier call saved (user cache), and its training record: ``history`` (the run's, as a dict), ``seconds`` of
-    training (evaluations excluded) and ``val_loss``, the loss of the returned (averaged) model on the validation
-    dates."""
+    training (evaluations excluded), and on the validation dates ``val_loss`` and ``val_exact_match`` (greedy) of the
+    returned model and ``last_val_exact_match`` of the run's last weights (the same model when ``average_last=1``)."""
     path = date_transformer_checkpoint_path(model_cfg, train_cfg, batch_size, smoothing, seed, causal_decoder,
                                             average_last, checkpoint_dir=checkpoint_dir)
-    model = Transformer(model_cfg)
-    if not causal_decoder:
-        remove_decoder_causal_mask(model)
     if path.exists():
+        model = Transformer(model_cfg)
+        if not causal_decoder:
+            remove_decoder_causal_mask(model)
         saved = torch.load(path, map_location="cpu", weights_only=True)
         model.load_state_dict(saved["model"], strict=True)
         return model.to(device).eval(), saved["record"]
+    torch.manual_seed(seed)
+    model = Transformer(model_cfg)  # built here, as train_date_transformer would, so that the callback can read it
+    last_weights = {}
+
+    def keep_last_weights(event: str, info: dict) -> None:
+        if event == "step" and info["step"] == train_cfg.max_steps - 1:
+            last_weights.update({k: v.detach().clone() for k, v in model.state_dict().items()})
+
     model, history = train_date_transformer(
         model_cfg=model_cfg, train_cfg=train_cfg, batch_size=batch_size, smoothing=smoothing, seed=seed,
-        causal_decoder=causal_decoder, average_last=average_last, device=device, progress=progress,
+        causal_decoder=causal_decoder, average_last=average_last, model=model, device=device,
+        callbacks=[keep_last_weights], progress=progress,
     )
+    val = date_splits().val
     val_batches = date_validation_batches()
     val_loss = evaluate(model, iter(val_batches).__next__, lambda m, b: seq2seq_loss(m, b, smoothing=smoothing),
                         len(val_batches), device)
-    record = {"history": dataclasses.asdict(history), "seconds": history.eval_seconds[-1], "val_loss": val_loss}
+    record = {"history": dataclasses.asdict(history), "seconds": history.eval_seconds[-1], "val_loss": val_loss,
+              "val_exact_match": exact_match(model, val)}
+    averaged = {k: v.clone() for k, v in model.state_dict().items()}
+    model.load_state_dict(last_weights)
+    record["last_val_exact_match"] = exact_match(model, val)
+    model.load_state_dict(averaged)
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"model": model.state_dict(), "record": record}, path)
     return model, record
