@@ -14,13 +14,21 @@ from tutorial_lib.attention import (
     scaled_dot_product_attention,
 )
 from tutorial_lib.efficient_attention import (
+    LinearMultiHeadAttention,
     banded_attention,
     elu_feature_map,
     linear_attention,
+    linear_attention_step,
+    linear_attention_weights,
     online_softmax,
     sliding_window_attention,
+    tile_update,
     tiled_attention,
+    use_linear_attention,
 )
+from tutorial_lib.kv_cache import LayerKVCache
+from tutorial_lib.models.gpt import GPT, GPTConfig
+from tutorial_lib.multi_head import MultiHeadAttention
 
 
 def _qkv(*batch: int, n_query: int, n_key: int, d_head: int = 8, d_value: int = 6, seed: int = 0, requires_grad: bool = False):
@@ -67,14 +75,27 @@ def test_sliding_window_matches_per_query_reference(window: int) -> None:
 
 
 def test_banded_attention_computes_only_the_band() -> None:
-    q, k, v = _qkv(1, 2, n_query=256, n_key=256, d_head=4, d_value=4)
-    full_scores = 2 * 256 * 256
+    q, k, v = _qkv(1, 2, n_query=250, n_key=250, d_head=4, d_value=4)  # 250 = 31 blocks of 8 and a partial one
+    full_scores = 2 * 250 * 250
     with _LargestTensor() as banded:
         banded_attention(q, k, v, 8)
     with _LargestTensor() as masked:
         sliding_window_attention(q, k, v, 8)
     assert masked.largest >= full_scores  # the masked version builds every score (and the recorder sees it)
-    assert banded.largest <= 2 * 256 * 8 * 4  # the band of keys per query: seq · window · d_head
+    assert banded.largest <= 2 * 256 * 2 * 8  # each block of 8 queries meets 2 · 8 keys: 2 · seq · 2 · window scores
+
+
+def test_banded_attention_gradients_equal_the_masked_version() -> None:
+    q, k, v = _qkv(2, n_query=19, n_key=19, seed=11, requires_grad=True)
+    weights = torch.randn(2, 19, 6, generator=torch.Generator().manual_seed(12))
+    grads = []
+    for fn in (banded_attention, sliding_window_attention):
+        (fn(q, k, v, 5) * weights).sum().backward()
+        grads.append([t.grad.clone() for t in (q, k, v)])
+        for t in (q, k, v):
+            t.grad = None
+    for banded, masked in zip(*grads):
+        torch.testing.assert_close(banded, masked, atol=1e-5, rtol=1e-5)
 
 
 # --------------------------------------------------------------------------------------------- linear attention
@@ -113,6 +134,68 @@ def test_linear_attention_cross_lengths_and_causality() -> None:
     future = v.clone()
     future[:, 6:] += 1.0  # changing the future changes nothing before it
     torch.testing.assert_close(linear_attention(q, k, future, causal=True)[:, :6], linear_attention(q, k, v, causal=True)[:, :6])
+
+
+@pytest.mark.parametrize("chunk_size", [1, 5, 17, 64])
+def test_causal_linear_attention_is_the_same_whatever_the_chunks(chunk_size: int) -> None:
+    q, k, v = _qkv(2, 3, n_query=17, n_key=17, seed=13)
+    expected = _quadratic_linear_attention(q, k, v, causal=True)
+    torch.testing.assert_close(linear_attention(q, k, v, causal=True, chunk_size=chunk_size), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_the_recurrent_step_gives_the_parallel_outputs_with_a_state_of_fixed_size() -> None:
+    q, k, v = _qkv(2, 3, n_query=20, n_key=20, seed=14)
+    state, outputs = None, []
+    for t in range(20):
+        out, state = linear_attention_step(q[..., t, :], k[..., t, :], v[..., t, :], state)
+        outputs.append(out)
+        assert state.kv.shape == (2, 3, 8, 6) and state.k_sum.shape == (2, 3, 8)
+    torch.testing.assert_close(torch.stack(outputs, dim=-2), linear_attention(q, k, v, causal=True), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_linear_attention_weights_reproduce_the_output(causal: bool) -> None:
+    q, k, v = _qkv(2, n_query=11, n_key=11, seed=15)
+    weights = linear_attention_weights(q, k, causal=causal)
+    torch.testing.assert_close(weights @ v, linear_attention(q, k, v, causal=causal), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(weights.sum(dim=-1), torch.ones(2, 11))
+    assert (weights.triu(1) == 0).all() == causal
+
+
+def test_linear_multi_head_attention_keeps_the_parameters_and_swaps_the_kernel() -> None:
+    torch.manual_seed(0)
+    softmax_mha = MultiHeadAttention(16, 4)
+    linear_mha = LinearMultiHeadAttention(16, 4)
+    linear_mha.load_state_dict(softmax_mha.state_dict(), strict=True)
+    x = torch.randn(2, 9, 16)
+    heads = [p.weight @ x.transpose(-2, -1) + p.bias[:, None] for p in (linear_mha.q_proj, linear_mha.k_proj, linear_mha.v_proj)]
+    q, k, v = (h.unflatten(-2, (4, 4)).transpose(-2, -1) for h in heads)  # (batch, n_heads, seq, d_head)
+    expected = linear_mha.out_proj(linear_attention(q, k, v, causal=True).transpose(1, 2).flatten(-2))
+    torch.testing.assert_close(linear_mha(x, causal=True), expected, atol=1e-5, rtol=1e-5)
+    out, weights = linear_mha.forward_with_weights(x, causal=True)
+    torch.testing.assert_close(out, linear_mha(x, causal=True), atol=1e-5, rtol=1e-5)
+    assert weights.shape == (2, 4, 9, 9)
+    assert not torch.allclose(linear_mha(x, causal=True), softmax_mha(x, causal=True), atol=1e-3)
+    with pytest.raises(ValueError, match="mask"):
+        linear_mha(x, mask=torch.ones(9, 9, dtype=torch.bool))
+    with pytest.raises(ValueError, match="cache"):
+        linear_mha(x, cache=LayerKVCache(2, 4, 16, 4))
+
+
+def test_use_linear_attention_swaps_every_block_and_keeps_its_weights() -> None:
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(d_vocab=11, n_ctx=16, d_model=16, n_heads=2, n_layers=2))
+    before = {name: p.clone() for name, p in model.state_dict().items()}
+    use_linear_attention(model)
+    assert all(type(block.attn) is LinearMultiHeadAttention for block in model.blocks)
+    after = model.state_dict()
+    assert before.keys() == after.keys() and all(torch.equal(before[name], after[name]) for name in before)
+    tokens = torch.randint(11, (2, 16))
+    changed = tokens.clone()
+    changed[:, 10:] = (changed[:, 10:] + 1) % 11
+    torch.testing.assert_close(model(changed)[:, :10], model(tokens)[:, :10])  # still causal
+    with pytest.raises(ValueError, match="blocks"):
+        use_linear_attention(torch.nn.Linear(2, 2))
 
 
 def test_linear_attention_is_not_softmax_attention() -> None:
@@ -196,6 +279,30 @@ def test_tiled_attention_never_materialises_the_score_matrix() -> None:
     assert tiled.largest < full_scores / 4
 
 
+def test_tile_update_folds_keys_in_any_split() -> None:
+    """Two tiles folded in turn give the state of one tile holding all their keys; acc / l is the softmax output."""
+    q, k, v = _qkv(2, n_query=5, n_key=12, seed=16)
+    q = q / 8**0.5
+    fresh = (torch.full((2, 5, 1), float("-inf")), torch.zeros(2, 5, 1), torch.zeros(2, 5, 6))
+    whole = tile_update(q, k, v, *fresh)
+    state = tile_update(q, k[:, :7], v[:, :7], *fresh)
+    split = tile_update(q, k[:, 7:], v[:, 7:], *state)
+    for a, b in zip(whole, split):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    m, l, acc = whole
+    torch.testing.assert_close(acc / l, F.scaled_dot_product_attention(q * 8**0.5, k, v), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(m, (q @ k.transpose(-2, -1)).amax(dim=-1, keepdim=True))
+
+
+def test_tile_update_leaves_a_query_without_visible_keys_empty() -> None:
+    q, k, v = _qkv(1, n_query=3, n_key=4, seed=17)
+    keep = torch.tensor([[True, False, True, True], [False] * 4, [True] * 4])
+    fresh = (torch.full((1, 3, 1), float("-inf")), torch.zeros(1, 3, 1), torch.zeros(1, 3, 6))
+    m, l, acc = tile_update(q, k, v, *fresh, keep)
+    assert m[0, 1, 0] == float("-inf") and l[0, 1, 0] == 0 and torch.equal(acc[0, 1], torch.zeros(6))
+    assert not any(t.isnan().any() for t in (m, l, acc))
+
+
 class _CountMatmuls(TorchFunctionMode):
     def __init__(self) -> None:
         super().__init__()
@@ -231,6 +338,10 @@ def test_bad_input_raises(without_annotation_checks) -> None:
         linear_attention(q, k, v, causal=True)
     with pytest.raises(ValueError, match="eps"):
         linear_attention(q, k, v, eps=-1.0)
+    with pytest.raises(ValueError, match="chunk_size"):
+        linear_attention(q, k, v, chunk_size=0)
+    with pytest.raises(ValueError, match="eps"):
+        linear_attention_step(q[:, 0], k[:, 0], v[:, 0], eps=-1.0)
     square_q, square_k, square_v = _qkv(1, n_query=5, n_key=5)
     with pytest.raises(ValueError, match="window"):
         banded_attention(square_q, square_k, square_v, 0)

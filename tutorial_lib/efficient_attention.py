@@ -3,24 +3,30 @@
 Table 1 of the paper prices self-attention at O(n² · d) per layer: every query meets every key. Three answers:
 
 * :func:`sliding_window_attention` (Longformer, Mistral): each query meets only its last ``window`` keys, O(n · w · d).
-  :func:`banded_attention` computes only that band; the masked version computes the full matrix and hides most of it.
+  :func:`banded_attention` computes only that band, block by block; the masked version computes the full matrix and
+  hides most of it.
 * :func:`linear_attention` (Katharopoulos et al. 2020): replace ``exp(q·k)`` by a product of feature maps
-  ``φ(q)·φ(k)`` with ``φ = elu + 1``; associativity then gives ``φ(Q) (φ(K)ᵀ V)``, O(n · d²). A different model.
+  ``φ(q)·φ(k)`` with ``φ = elu + 1``; associativity then gives ``φ(Q) (φ(K)ᵀ V)``, O(n · d²). A different model; its
+  causal form is a recurrent network (:func:`linear_attention_step`), and :class:`LinearMultiHeadAttention` puts it
+  into a GPT.
 * :func:`tiled_attention` (FlashAttention, Dao et al. 2022): the *same* softmax attention, computed block by block with
-  the online softmax (:func:`online_softmax`), so the ``query_pos × key_pos`` matrix never exists in memory at once.
-  Still O(n² · d) arithmetic; the gain is memory (and, in a fused GPU kernel, memory traffic).
+  the online softmax (:func:`online_softmax`, :func:`tile_update`), so the ``query_pos × key_pos`` matrix never exists
+  in memory at once. Still O(n² · d) arithmetic; the gain is memory (and, in a fused GPU kernel, memory traffic).
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from jaxtyping import Bool, Float
-from torch import Tensor
+from torch import Tensor, nn
 
 from tutorial_lib.attention import attention, sliding_window_mask
+from tutorial_lib.kv_cache import LayerKVCache
+from tutorial_lib.multi_head import MultiHeadAttention, merge_heads
 
 # ------------------------------------------------------------------------------------------------ sliding window
 
@@ -45,23 +51,32 @@ def banded_attention(
     v: Float[Tensor, "*batch seq d_value"],
     window: int,
 ) -> Float[Tensor, "*batch seq d_value"]:
-    """The same result as :func:`sliding_window_attention`, computing only the ``seq × window`` scores of the band.
+    """The same result as :func:`sliding_window_attention`, computing only ``2 · seq · window`` scores, not ``seq²``.
 
-    The keys are padded with ``window - 1`` slots in front, then ``unfold`` gives every query a view of its own
-    ``window`` keys (a view: no copy). Slots in front of position 0 are masked out.
+    The queries are cut into blocks of ``window`` positions. A query of block b sees keys of block b and of block
+    b - 1 only, so each block of queries meets the ``2 · window`` keys of those two blocks. The keys get one block of
+    padding in front (the block before position 0) and the sequence is padded up to whole blocks; the mask hides the
+    padding and every key outside the query's window.
     """
     _check_self_attention(q, k)
     _check_positive_int("window", window)
     seq = q.shape[-2]
     window = min(window, seq)  # a window longer than the sequence is the full causal mask
-    pad = (0, 0, window - 1, 0)  # (d_head: none, seq: window - 1 in front)
-    k_band = F.pad(k, pad).unfold(-2, window, 1)  # (*batch, seq, d_head, window): row t holds keys t-window+1..t
-    v_band = F.pad(v, pad).unfold(-2, window, 1)  # (*batch, seq, d_value, window)
-    scores = torch.einsum("...qd,...qdw->...qw", q, k_band) / math.sqrt(q.shape[-1])
-    # Band slot j of query t holds key t - window + 1 + j; it exists only when that index is >= 0.
-    key_index = torch.arange(seq, device=q.device)[:, None] - window + 1 + torch.arange(window, device=q.device)[None, :]
-    weights = torch.softmax(scores.masked_fill(key_index < 0, float("-inf")), dim=-1)
-    return torch.einsum("...qw,...qdw->...qd", weights, v_band)
+    n_blocks = -(-seq // window)
+    pad_end = n_blocks * window - seq
+    q_blocks = F.pad(q, (0, 0, 0, pad_end)).unflatten(-2, (n_blocks, window))  # (*batch, n_blocks, window, d_head)
+    k_blocks = F.pad(k, (0, 0, window, pad_end)).unflatten(-2, (n_blocks + 1, window))  # block -1 first
+    v_blocks = F.pad(v, (0, 0, window, pad_end)).unflatten(-2, (n_blocks + 1, window))
+    k_pairs = torch.cat([k_blocks[..., :-1, :, :], k_blocks[..., 1:, :, :]], dim=-2)  # blocks b-1 and b: 2·window keys
+    v_pairs = torch.cat([v_blocks[..., :-1, :, :], v_blocks[..., 1:, :, :]], dim=-2)
+    scores = q_blocks @ k_pairs.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (*batch, n_blocks, window, 2·window)
+    # Query r of block b is position b·window + r; key c of its pair is position (b - 1)·window + c.
+    blocks = torch.arange(n_blocks, device=q.device)[:, None, None]
+    query = blocks * window + torch.arange(window, device=q.device)[None, :, None]
+    key = (blocks - 1) * window + torch.arange(2 * window, device=q.device)[None, None, :]
+    keep = (key <= query) & (key > query - window) & (key >= 0)
+    weights = torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1)
+    return (weights @ v_pairs).flatten(-3, -2)[..., :seq, :]
 
 
 # -------------------------------------------------------------------------------------------- linear attention
@@ -80,27 +95,139 @@ def linear_attention(
     *,
     causal: bool = False,
     eps: float = 1e-6,
+    chunk_size: int = 64,
 ) -> Float[Tensor, "*batch query_pos d_value"]:
-    """out_i = φ(q_i)ᵀ Σ_j φ(k_j) v_jᵀ / (φ(q_i)ᵀ Σ_j φ(k_j) + eps), with the sums over all keys, or over ``j ≤ i``
-    when ``causal`` (then ``query_pos`` must equal ``key_pos``).
+    """out_i = φ(q_i)ᵀ S / (φ(q_i)ᵀ z + eps) with S = Σ_j φ(k_j) v_jᵀ and z = Σ_j φ(k_j), the sums over all keys, or
+    over ``j ≤ i`` when ``causal`` (then ``query_pos`` must equal ``key_pos``).
 
-    Non-causal: the ``d_head × d_value`` matrix ``S = φ(K)ᵀ V`` is computed once and shared by every query. Causal:
-    ``S_i`` is a running (cumulative) sum over positions, the transformer as an RNN. This version keeps every ``S_i``
-    (``seq × d_head × d_value`` memory) to stay readable; an RNN-style loop or chunked sums keep one at a time.
-    ``eps`` guards the division, as in the authors' code.
+    Non-causal: ``S`` (``d_head × d_value``) and ``z`` are computed once and shared by every query. Causal: ``S`` and
+    ``z`` become running sums, carried from one chunk of ``chunk_size`` positions to the next; inside a chunk the
+    few pairs ``j ≤ i`` are summed directly, as the masked product ``(φ(Q) φ(K)ᵀ ⊙ tril) V``. Memory stays
+    ``chunk_size²`` per head, plus the state; the same numbers as :func:`linear_attention_step` run position by
+    position. ``eps`` guards the division, as in the authors' code.
     """
     if not eps >= 0:
         raise ValueError(f"eps must be >= 0, got {eps!r}")
+    _check_positive_int("chunk_size", chunk_size)
     phi_q, phi_k = elu_feature_map(q), elu_feature_map(k)
     if not causal:
-        kv = torch.einsum("...kd,...ke->...de", phi_k, v)  # S = φ(K)ᵀ V
-        normaliser = torch.einsum("...qd,...d->...q", phi_q, phi_k.sum(dim=-2))
-        return torch.einsum("...qd,...de->...qe", phi_q, kv) / (normaliser[..., None] + eps)
+        kv = phi_k.transpose(-2, -1) @ v  # S = φ(K)ᵀ V: (*batch, d_head, d_value), whatever the length
+        k_sum = phi_k.sum(dim=-2, keepdim=True)  # z = Σ_j φ(k_j), as a row: (*batch, 1, d_head)
+        return (phi_q @ kv) / ((phi_q * k_sum).sum(dim=-1, keepdim=True) + eps)
     if q.shape[-2] != k.shape[-2]:
         raise ValueError(f"causal linear attention needs query_pos == key_pos, got {q.shape[-2]} and {k.shape[-2]}")
-    kv = torch.einsum("...kd,...ke->...kde", phi_k, v).cumsum(dim=-3)  # S_i = Σ_{j≤i} φ(k_j) v_jᵀ
-    normaliser = torch.einsum("...qd,...qd->...q", phi_q, phi_k.cumsum(dim=-2))
-    return torch.einsum("...qd,...qde->...qe", phi_q, kv) / (normaliser[..., None] + eps)
+    kv = v.new_zeros(*v.shape[:-2], q.shape[-1], v.shape[-1])  # S over the chunks before this one
+    k_sum = v.new_zeros(*v.shape[:-2], 1, q.shape[-1])  # z over the chunks before this one
+    outputs = []
+    for start in range(0, q.shape[-2], chunk_size):
+        phi_q_c, phi_k_c = phi_q[..., start : start + chunk_size, :], phi_k[..., start : start + chunk_size, :]
+        v_c = v[..., start : start + chunk_size, :]
+        within = (phi_q_c @ phi_k_c.transpose(-2, -1)).tril()  # φ(q_i)·φ(k_j) for j ≤ i inside the chunk
+        numerator = phi_q_c @ kv + within @ v_c
+        normaliser = (phi_q_c * k_sum).sum(dim=-1, keepdim=True) + within.sum(dim=-1, keepdim=True)
+        outputs.append(numerator / (normaliser + eps))
+        kv = kv + phi_k_c.transpose(-2, -1) @ v_c
+        k_sum = k_sum + phi_k_c.sum(dim=-2, keepdim=True)
+    return torch.cat(outputs, dim=-2)
+
+
+class LinearAttentionState(NamedTuple):
+    """What causal linear attention remembers of the past: two running sums whose size does not grow with it."""
+
+    kv: Float[Tensor, "*batch d_head d_value"]  # S = Σ_j φ(k_j) v_jᵀ
+    k_sum: Float[Tensor, "*batch d_head"]  # z = Σ_j φ(k_j)
+
+
+def linear_attention_step(
+    q: Float[Tensor, "*batch d_head"],
+    k: Float[Tensor, "*batch d_head"],
+    v: Float[Tensor, "*batch d_value"],
+    state: LinearAttentionState | None = None,
+    *,
+    eps: float = 1e-6,
+) -> tuple[Float[Tensor, "*batch d_value"], LinearAttentionState]:
+    """One position of causal linear attention as a recurrent network ("the transformer as an RNN"): fold this
+    position's key and value into the state, then read the state with its query. ``state=None`` starts empty."""
+    if not eps >= 0:
+        raise ValueError(f"eps must be >= 0, got {eps!r}")
+    phi_q, phi_k = elu_feature_map(q), elu_feature_map(k)
+    if state is None:
+        state = LinearAttentionState(v.new_zeros(*k.shape, v.shape[-1]), torch.zeros_like(k))
+    kv = state.kv + phi_k[..., :, None] * v[..., None, :]  # S_t = S_{t-1} + φ(k_t) v_tᵀ
+    k_sum = state.k_sum + phi_k  # z_t = z_{t-1} + φ(k_t)
+    numerator = (phi_q[..., None, :] @ kv).squeeze(-2)
+    return numerator / ((phi_q * k_sum).sum(dim=-1, keepdim=True) + eps), LinearAttentionState(kv, k_sum)
+
+
+def linear_attention_weights(
+    q: Float[Tensor, "*batch query_pos d_head"],
+    k: Float[Tensor, "*batch key_pos d_head"],
+    *,
+    causal: bool = False,
+    eps: float = 1e-6,
+) -> Float[Tensor, "*batch query_pos key_pos"]:
+    """The weights linear attention gives each key, written out (``query_pos × key_pos``, for looking at them only):
+    φ(q_i)·φ(k_j) normalised over the visible keys. ``weights @ v`` is :func:`linear_attention`'s output."""
+    similarity = elu_feature_map(q) @ elu_feature_map(k).transpose(-2, -1)
+    if causal:
+        similarity = similarity.tril(diagonal=k.shape[-2] - q.shape[-2])
+    return similarity / (similarity.sum(dim=-1, keepdim=True) + eps)
+
+
+class LinearMultiHeadAttention(MultiHeadAttention):
+    """Main difference with :class:`~tutorial_lib.multi_head.MultiHeadAttention`: each head computes
+    :func:`linear_attention` (the kernel φ(q)·φ(k), no softmax, no 1/√d_k) instead of Eq. (1). Same parameters.
+
+    Only ``causal`` decides what a query sees: a boolean ``mask`` and a KV ``cache`` are refused (generation would
+    carry a :class:`LinearAttentionState` per head instead of a cache).
+    """
+
+    def forward(
+        self,
+        x: Float[Tensor, "batch query_pos d_model"],
+        context: Float[Tensor, "batch key_pos d_model"] | None = None,
+        *,
+        mask: Bool[Tensor, "..."] | None = None,
+        causal: bool = False,
+        cache: LayerKVCache | None = None,
+    ) -> Float[Tensor, "batch query_pos d_model"]:
+        self._refuse(mask, cache)
+        q, k, v = self._heads(x, context, None)
+        return self.out_proj(merge_heads(linear_attention(q, k, v, causal=causal)))
+
+    def forward_with_weights(
+        self,
+        x: Float[Tensor, "batch query_pos d_model"],
+        context: Float[Tensor, "batch key_pos d_model"] | None = None,
+        *,
+        mask: Bool[Tensor, "..."] | None = None,
+        causal: bool = False,
+    ) -> tuple[Float[Tensor, "batch query_pos d_model"], Float[Tensor, "batch n_heads query_pos key_pos"]]:
+        """The output and every head's weights (:func:`linear_attention_weights`), for the pattern viewers."""
+        self._refuse(mask, None)
+        q, k, v = self._heads(x, context, None)
+        weights = linear_attention_weights(q, k, causal=causal)
+        return self.out_proj(merge_heads(weights @ v)), weights
+
+    @staticmethod
+    def _refuse(mask: Tensor | None, cache: LayerKVCache | None) -> None:
+        if mask is not None:
+            raise ValueError("mask must be None: linear attention takes causal=True or sees every key")
+        if cache is not None:
+            raise ValueError("cache must be None: causal linear attention carries a LinearAttentionState, not a KV cache")
+
+
+def use_linear_attention(model: nn.Module) -> None:
+    """Surgery for the ablation runner: every block's attention becomes a :class:`LinearMultiHeadAttention` with the
+    same weights (``model.blocks``, each with an ``attn``, as :class:`~tutorial_lib.models.gpt.GPT` has them)."""
+    blocks = getattr(model, "blocks", None)
+    if blocks is None or not all(isinstance(getattr(block, "attn", None), MultiHeadAttention) for block in blocks):
+        raise ValueError("model must have .blocks whose .attn is a MultiHeadAttention (a GPT)")
+    for block in blocks:
+        old = block.attn
+        new = LinearMultiHeadAttention(old.d_model, old.n_heads, bias=old.q_proj.bias is not None)
+        new.load_state_dict(old.state_dict(), strict=True)
+        block.attn = new.to(old.q_proj.weight.device)
 
 
 # -------------------------------------------------------------------------------- online softmax, tiled attention
@@ -124,6 +251,32 @@ def online_softmax(x: Float[Tensor, "*batch n"], block_size: int) -> Float[Tenso
     return torch.exp(x - m[..., None]) / l[..., None]
 
 
+def tile_update(
+    q_blk: Float[Tensor, "*batch block_q d_head"],
+    k_blk: Float[Tensor, "*batch block_k d_head"],
+    v_blk: Float[Tensor, "*batch block_k d_value"],
+    m: Float[Tensor, "*batch block_q 1"],
+    l: Float[Tensor, "*batch block_q 1"],
+    acc: Float[Tensor, "*batch block_q d_value"],
+    keep: Bool[Tensor, "..."] | None = None,
+) -> tuple[Float[Tensor, "*batch block_q 1"], Float[Tensor, "*batch block_q 1"], Float[Tensor, "*batch block_q d_value"]]:
+    """One step of FlashAttention's inner loop: fold one tile of keys into a block of queries' running state.
+
+    ``q_blk`` is already divided by √d_k. Per query: ``m`` the largest score so far, ``l = Σ exp(score - m)`` and
+    ``acc = Σ exp(score - m) v`` over the keys seen so far; ``keep`` (True = may attend) masks the tile. When the
+    maximum grows, **both** ``l`` and ``acc`` are rescaled by ``exp(m_old - m_new)``. A query that has seen no key
+    yet keeps ``m = -inf`` and ``l = acc = 0`` (its shift is taken as 0, so no ``-inf - (-inf)`` = NaN).
+    """
+    scores = q_blk @ k_blk.transpose(-2, -1)  # one block_q × block_k tile of scores
+    if keep is not None:
+        scores = scores.masked_fill(~keep, float("-inf"))
+    m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))
+    m_safe = m_new.masked_fill(m_new == float("-inf"), 0.0)
+    p = torch.exp(scores - m_safe)
+    rescale = torch.exp(m - m_safe)
+    return m_new, l * rescale + p.sum(dim=-1, keepdim=True), acc * rescale + p @ v_blk
+
+
 def tiled_attention(
     q: Float[Tensor, "*batch query_pos d_head"],
     k: Float[Tensor, "*batch key_pos d_head"],
@@ -137,10 +290,9 @@ def tiled_attention(
     """softmax(Q Kᵀ / √d_k) V, as :func:`~tutorial_lib.attention.scaled_dot_product_attention` computes it, but one
     ``block_q × block_k`` tile of scores at a time (FlashAttention's algorithm, in plain PyTorch).
 
-    For each block of queries, the key blocks are visited in turn, keeping per query a running maximum ``m``, a
-    running denominator ``l`` and an un-normalised output ``acc``; both are rescaled by ``exp(m_old - m_new)`` when the
-    maximum grows, and ``acc / l`` is the answer. Only one tile of scores exists at a time: beyond the inputs and the
-    output (``query_pos · d``), memory is ``block_q · block_k`` per head instead of ``query_pos · key_pos``.
+    For each block of queries, the key blocks are visited in turn and folded in by :func:`tile_update`; ``acc / l``
+    is the answer. Only one tile of scores exists at a time: beyond the inputs and the output (``query_pos · d``),
+    memory is ``block_q · block_k`` per head instead of ``query_pos · key_pos``.
 
     ``mask`` (True = may attend, broadcastable to ``(..., query_pos, key_pos)``) and ``causal`` (the queries are the
     last ``query_pos`` positions of the keys, as with a KV cache) combine. Causal tiles entirely above the diagonal
@@ -168,23 +320,14 @@ def tiled_attention(
         # Causal: query q_start + r sees keys up to n_past + q_start + r, so later key blocks are all masked.
         k_end = min(n_key, n_past + q_start + rows) if causal else n_key
         for k_start in range(0, k_end, block_k):
-            scores = q_blk @ k[..., k_start : k_start + block_k, :].transpose(-2, -1)
-            cols = scores.shape[-1]
+            cols = min(block_k, n_key - k_start)
             keep = None if mask is None else mask[..., q_start : q_start + rows, k_start : k_start + cols]
             if causal:
                 query_abs = n_past + torch.arange(q_start, q_start + rows, device=q.device)[:, None]
                 tile = torch.arange(k_start, k_start + cols, device=q.device)[None, :] <= query_abs
                 keep = tile if keep is None else keep & tile
-            if keep is not None:
-                scores = scores.masked_fill(~keep, float("-inf"))
-            m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))
-            # Rows with no visible key yet have m_new = -inf; shifting by 0 keeps exp(-inf) = 0 instead of NaN.
-            m_safe = m_new.masked_fill(m_new == float("-inf"), 0.0)
-            p = torch.exp(scores - m_safe)
-            rescale = torch.exp(m - m_safe)
-            l = l * rescale + p.sum(dim=-1, keepdim=True)
-            acc = acc * rescale + p @ v[..., k_start : k_start + block_k, :]
-            m = m_new
+            m, l, acc = tile_update(q_blk, k[..., k_start : k_start + cols, :], v[..., k_start : k_start + cols, :],
+                                    m, l, acc, keep)
         outputs.append(torch.where(l > 0, acc / l.clamp_min(torch.finfo(l.dtype).tiny), 0.0))
     return torch.cat(outputs, dim=-2)
 

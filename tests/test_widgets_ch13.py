@@ -1,0 +1,183 @@
+"""Chapter 13's measuring tools and figures: peak tensor memory, the exponent fit, the five methods, the capped process,
+the tile walk and the online softmax's trace."""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from matplotlib.figure import Figure
+from torch.overrides import TorchFunctionMode
+
+from tutorial_lib.efficient_attention import online_softmax, tiled_attention
+from tutorial_lib.widgets.attention_costs import (
+    Cost,
+    attention_methods,
+    fit_exponent,
+    measure_attention_costs,
+    median_seconds,
+    peak_tensor_memory,
+    plot_attention_costs,
+    random_qkv,
+    run_under_memory_cap,
+)
+from tutorial_lib.widgets.copy_heads import copy_head_scores, plot_copy_heads
+from tutorial_lib.widgets.tiling import (
+    FULL,
+    PARTIAL,
+    SKIPPED,
+    online_softmax_trace,
+    plot_tile_grid,
+    tile_counts,
+    tile_grid,
+    tile_grid_widget,
+)
+
+# --- peak memory, timing, exponents -------------------------------------------------------------------------------------
+
+
+def test_peak_tensor_memory_counts_what_is_alive_at_once() -> None:
+    def two_then_one():
+        a = torch.ones(1000)  # 4,000 bytes
+        b = a * 2  # 4,000 more, both alive
+        del a
+        c = b[:10]  # a view: no new storage
+        return c + 1  # 40 bytes while b is alive
+
+    result, peak = peak_tensor_memory(two_then_one)
+    assert torch.equal(result, torch.full((10,), 3.0))
+    assert peak == 8000
+
+
+def test_peak_tensor_memory_leaves_the_inputs_out_and_sees_the_score_matrix() -> None:
+    q, k, v = random_qkv(256, n_heads=2, d_head=8)
+    _, peak = peak_tensor_memory(lambda: torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v)
+    scores = 2 * 256 * 256 * 4
+    assert 2 * scores <= peak <= 2 * scores + 2 * (2 * 256 * 8 * 4)  # scores and weights alive at once, then the output
+
+
+def test_fit_exponent_recovers_a_power_law() -> None:
+    lengths = [256, 512, 1024, 2048]
+    assert fit_exponent(lengths, [3 * n**2 for n in lengths]) == pytest.approx(2.0)
+    assert fit_exponent(lengths, [0.5 * n**1.5 for n in lengths]) == pytest.approx(1.5)
+    for bad in (([1], [1]), ([1, 2], [1]), ([0, 2], [1, 2]), ([2, 2], [1, 3])):
+        with pytest.raises(ValueError):
+            fit_exponent(*bad)
+
+
+def test_median_seconds_calls_warmup_then_repeats() -> None:
+    calls = []
+    assert median_seconds(lambda: calls.append(1), repeats=3, warmup=2) >= 0
+    assert len(calls) == 5
+    with pytest.raises(ValueError, match="repeats"):
+        median_seconds(lambda: None, repeats=0)
+    with pytest.raises(ValueError, match="warmup"):
+        median_seconds(lambda: None, warmup=-1)
+
+
+def test_the_five_methods_agree_where_they_should() -> None:
+    q, k, v = random_qkv(96, n_heads=2, d_head=8)
+    methods = attention_methods(window=96, block=32)  # a window as long as the sequence is the full causal mask
+    expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    for name in ("naive", "F.sdpa", "tiled", "banded"):
+        torch.testing.assert_close(methods[name](q, k, v), expected, atol=1e-5, rtol=1e-5)
+    assert methods["linear"](q, k, v).shape == expected.shape
+
+
+def test_measure_attention_costs_shapes_and_memory_growth() -> None:
+    costs = measure_attention_costs(attention_methods(window=16, block=16), [64, 128], n_heads=1, d_head=8, repeats=1)
+    assert set(costs) == {"naive", "F.sdpa", "tiled", "banded", "linear"}
+    assert all(set(by) == {64, 128} and all(isinstance(c, Cost) for c in by.values()) for by in costs.values())
+    naive = costs["naive"]
+    assert naive[128].peak_bytes > 3.5 * naive[64].peak_bytes  # n²
+    assert costs["tiled"][128].peak_bytes < 2.5 * costs["tiled"][64].peak_bytes  # n
+    assert isinstance(plot_attention_costs(costs), Figure)
+    with pytest.raises(ValueError, match="lengths"):
+        measure_attention_costs(attention_methods(), [0])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS is a Linux cap")
+def test_a_memory_cap_stops_naive_attention_and_not_tiled() -> None:
+    cap = 8 * 2**20  # naive needs a 16 MiB score matrix at 2,048 positions (one head)
+    naive = run_under_memory_cap("naive", 2048, cap_bytes=cap, block=256, threads=1)
+    tiled = run_under_memory_cap("tiled", 2048, cap_bytes=cap, block=256, threads=1)
+    assert not naive.completed and "allocate" in naive.error
+    assert tiled.completed and tiled.error == "" and tiled.checksum > 0
+    with pytest.raises(ValueError, match="method"):
+        run_under_memory_cap("banded", 2048, cap_bytes=cap)
+
+
+# --- tiles and the online softmax ---------------------------------------------------------------------------------------
+
+
+class _CountMatmuls(TorchFunctionMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.count += getattr(func, "__name__", "") == "matmul"
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize(("n_query", "n_key", "block_q", "block_k"), [(32, 32, 8, 8), (37, 53, 7, 5), (6, 29, 4, 8), (20, 20, 64, 3)])
+def test_tile_grid_is_the_walk_tiled_attention_takes(n_query, n_key, block_q, block_k) -> None:
+    q, k, v = torch.randn(n_query, 4), torch.randn(n_key, 4), torch.randn(n_key, 4)
+    with _CountMatmuls() as counter:
+        tiled_attention(q, k, v, causal=True, block_q=block_q, block_k=block_k)
+    grid = tile_grid(n_query, n_key, block_q, block_k, causal=True)
+    assert counter.count == 2 * int((grid != SKIPPED).sum())  # two products per computed tile
+    # A tile is PARTIAL exactly when the causal mask hides some of its scores.
+    mask = torch.ones(n_query, n_key, dtype=torch.bool).tril(diagonal=n_key - n_query)
+    for i, q_start in enumerate(range(0, n_query, block_q)):
+        for j, k_start in enumerate(range(0, n_key, block_k)):
+            tile = mask[q_start : q_start + block_q, k_start : k_start + block_k]
+            assert grid[i, j] == (SKIPPED if not tile.any() else FULL if tile.all() else PARTIAL)
+
+
+def test_tile_counts_and_pictures() -> None:
+    counts = tile_counts(64, 64, 16, 16, causal=True)
+    assert (counts.computed, counts.total) == (10, 16)
+    assert counts.scores_computed == 10 * 256 and counts.scores_total == 64 * 64
+    assert tile_counts(64, 64, 16, 16, causal=False).computed == 16
+    assert isinstance(plot_tile_grid(40, 40, 16, 8), Figure)
+    widget = tile_grid_widget(32, 8, 8)
+    assert widget.children[-1].value[:4] == b"\x89PNG"
+    with pytest.raises(ValueError, match="block_q"):
+        tile_grid(8, 8, 0, 4)
+    with pytest.raises(ValueError, match="n_query <= n_key"):
+        tile_grid(9, 8, 4, 4)
+
+
+def test_online_softmax_trace_ends_at_the_softmax(without_annotation_checks) -> None:
+    x = torch.tensor([0.5, 3.0, -1.0, 2.0, 7.0, 1.0, 0.0])
+    steps = online_softmax_trace(x, 3)
+    assert [(s.start, s.stop) for s in steps] == [(0, 3), (3, 6), (6, 7)]
+    assert [s.m for s in steps] == [3.0, 7.0, 7.0]
+    assert steps[-1].l == pytest.approx(torch.exp(x.double() - 7).sum().item())
+    torch.testing.assert_close(torch.exp(x - steps[-1].m) / steps[-1].l, online_softmax(x, 3))
+    with without_annotation_checks(), pytest.raises(ValueError, match="1-D"):
+        online_softmax_trace(x[None], 3)
+
+
+# --- the copying heads --------------------------------------------------------------------------------------------------
+
+
+def test_copy_head_scores_find_the_copying_head() -> None:
+    length = 5
+    perfect = torch.zeros(2 * length, 2 * length)
+    for query in range(2 * length):
+        perfect[query, query - length if query >= length else query] = 1.0
+    uniform = torch.ones(2 * length, 2 * length).tril()
+    uniform = uniform / uniform.sum(dim=-1, keepdim=True)
+    patterns = torch.stack([uniform, perfect])[None, None]  # (batch 1, n_layers 1, n_heads 2, query_pos, key_pos)
+    scores = copy_head_scores(patterns, length)
+    assert scores.shape == (1, 2) and scores[0, 1] == 1.0
+    assert scores[0, 0] == pytest.approx(sum(1 / (p + 1) for p in range(length, 2 * length)) / length)
+    assert isinstance(plot_copy_heads({"perfect": perfect, "uniform": uniform}, length), Figure)
+    with pytest.raises(ValueError, match="length"):
+        copy_head_scores(patterns, 6)
+    assert math.isfinite(float(scores.sum()))

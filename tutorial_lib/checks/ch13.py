@@ -1,0 +1,496 @@
+"""Chapter 13's exercises: the online softmax, one tile of FlashAttention, banded attention, causal linear attention.
+
+- ``13.online_softmax`` is the softmax over the last axis in one pass over blocks, with a running maximum and a
+  running denominator (:func:`tutorial_lib.efficient_attention.online_softmax`).
+- ``13.tile_update`` folds one tile of keys into a block of queries' running ``(m, l, acc)`` under the causal mask of
+  a self-attention layer, the tile placed by ``q_start`` and ``k_start``
+  (:func:`tutorial_lib.efficient_attention.tile_update`).
+- ``13.banded_attention`` is sliding-window attention computed without the ``seq × seq`` score matrix: the check runs
+  the answer under a recorder of every tensor it creates, and a tensor the size of the score matrix fails it.
+- ``13.causal_linear_attention`` is linear attention with φ = elu + 1 and running sums
+  (:func:`tutorial_lib.efficient_attention.linear_attention` with ``causal=True``).
+
+As in ``ch03``, the mistakes are written the way a learner would write them and carry no annotations.
+"""
+
+from __future__ import annotations
+
+import math
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+from tutorial_lib import efficient_attention as reference
+from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register
+
+# --- 13.online_softmax --------------------------------------------------------------------------------------------------
+
+
+def _online_softmax_cases(generator: torch.Generator) -> list[Case]:
+    def randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator, dtype=dtype)
+
+    rising = torch.linspace(0, 12, 20) + randn(2, 4, 20)  # the maximum grows from block to block
+    early_peak = randn(3, 24)
+    early_peak[:, 1] = 200.0  # the largest score comes first, far above the rest
+    return [
+        Case.of(x=randn(3, 37) * 3, block_size=8, note="37 scores in blocks of 8: a partial last block"),
+        Case.of(x=rising, block_size=5, note="rising scores: the maximum grows in every block"),
+        Case.of(x=randn(2, 30) + 1000.0, block_size=7, note="scores near 1000: exp overflows without the maximum"),
+        Case.of(x=early_peak, block_size=6, note="one score of 200 in the first block"),
+        Case.of(x=randn(4, 6), block_size=10, note="a block longer than the row"),
+        Case.of(x=randn(2, 3, 9, dtype=torch.float64) * 4, block_size=1, note="float64, blocks of one"),
+    ]
+
+
+def _online_softmax_like(*, rescale=True, running_max=True, subtract_max=True, blocks="all"):
+    """A learner's one-pass softmax; each keyword reproduces one way of getting it wrong."""
+
+    def online_softmax(x, block_size):
+        n = x.shape[-1]
+        m = torch.full(x.shape[:-1], float("-inf"), dtype=x.dtype)
+        l = torch.zeros(x.shape[:-1], dtype=x.dtype)
+        stop = n if blocks == "all" else n // block_size * block_size
+        for start in range(0, stop, block_size):
+            block = x[..., start : start + block_size]
+            if not subtract_max:
+                l = l + torch.exp(block).sum(dim=-1)
+                continue
+            block_max = block.max(dim=-1).values
+            m_new = torch.maximum(m, block_max) if running_max else block_max
+            old = l * torch.exp(m - m_new) if rescale else l
+            l = old + torch.exp(block - m_new[..., None]).sum(dim=-1)
+            m = m_new
+        if not subtract_max:
+            return torch.exp(x) / l[..., None]
+        return torch.exp(x - m[..., None]) / l[..., None]
+
+    return online_softmax
+
+
+def _online_softmax_inverted_rescale(x, block_size):
+    m = torch.full(x.shape[:-1], float("-inf"), dtype=x.dtype)
+    l = torch.zeros(x.shape[:-1], dtype=x.dtype)
+    for start in range(0, x.shape[-1], block_size):
+        block = x[..., start : start + block_size]
+        m_new = torch.maximum(m, block.amax(dim=-1))
+        l = l * torch.exp(m_new - m) + torch.exp(block - m_new[..., None]).sum(dim=-1)
+        m = m_new
+    return torch.exp(x - m[..., None]) / l[..., None]
+
+
+def _online_softmax_overwritten_sum(x, block_size):
+    m = torch.full(x.shape[:-1], float("-inf"), dtype=x.dtype)
+    l = torch.zeros(x.shape[:-1], dtype=x.dtype)
+    for start in range(0, x.shape[-1], block_size):
+        block = x[..., start : start + block_size]
+        m = torch.maximum(m, block.amax(dim=-1))
+        l = torch.exp(block - m[..., None]).sum(dim=-1)
+    return torch.exp(x - m[..., None]) / l[..., None]
+
+
+def _softmax_per_block(x, block_size):
+    return torch.cat([torch.softmax(x[..., s : s + block_size], dim=-1) for s in range(0, x.shape[-1], block_size)], dim=-1)
+
+
+ONLINE_SOFTMAX = Exercise(
+    id="13.online_softmax",
+    reference=reference.online_softmax,
+    cases=_online_softmax_cases,
+    points=1,
+    outputs=("the softmax",),
+    checked=(
+        "a partial last block, a maximum that grows in every block, scores near 1000, a peak of 200 in the first "
+        "block, a block longer than the row, and float64 in blocks of one"
+    ),
+    hint=(
+        "keep per row m (the largest score so far, from -inf) and l = Σ exp(x_j - m) (from 0); for each block, "
+        "m_new = max(m, the block's max), l = l · exp(m - m_new) + Σ exp(block - m_new), m = m_new; at the end "
+        "exp(x - m) / l."
+    ),
+    mistakes=(
+        Mistake("sum_not_rescaled", "did not rescale the running sum when the maximum grew",
+                "l holds Σ exp(x_j - m_old): when the maximum rises to m_new, multiply it by exp(m_old - m_new) "
+                "before adding the new block's terms, `l = l * torch.exp(m - m_new) + ...`.",
+                (_online_softmax_like(rescale=False),)),
+        Mistake("no_maximum_subtracted", "summed exp(x) without subtracting a maximum",
+                "exp(1000) overflows float32 to inf, and inf / inf is NaN: keep the running maximum m and sum "
+                "exp(x - m), which is never above 1.", (_online_softmax_like(subtract_max=False),)),
+        Mistake("block_maximum_not_running", "kept each block's own maximum instead of the running maximum",
+                "m must be the largest score seen so far, `torch.maximum(m, block.max(dim=-1).values)`: with the "
+                "last block's maximum, a score of 200 seen earlier gives exp(200 - m) = inf at the end.",
+                (_online_softmax_like(running_max=False),)),
+        Mistake("dropped_partial_block", "left out the last, partial block",
+                "`range(0, n, block_size)` visits every block, the last one shorter when block_size does not "
+                "divide n; `range(0, n // block_size * block_size, block_size)` skips it.",
+                (_online_softmax_like(blocks="whole"),)),
+    ),
+    mutants=(
+        Mutant("inverted_rescale", "rescales by exp(m_new - m) instead of exp(m - m_new)", _online_softmax_inverted_rescale),
+        Mutant("overwritten_sum", "replaces the running sum by the last block's sum", _online_softmax_overwritten_sum),
+        Mutant("softmax_per_block", "normalises every block on its own", _softmax_per_block),
+    ),
+)
+
+
+# --- 13.tile_update -----------------------------------------------------------------------------------------------------
+
+
+def reference_tile_update(q_blk, k_blk, v_blk, m, l, acc, q_start, k_start):
+    """The package's tile update, under the causal mask of self-attention: query q_start + r sees key k_start + c
+    when k_start + c <= q_start + r."""
+    query = torch.arange(q_start, q_start + q_blk.shape[-2])[:, None]
+    key = torch.arange(k_start, k_start + k_blk.shape[-2])[None, :]
+    return reference.tile_update(q_blk, k_blk, v_blk, m, l, acc, key <= query)
+
+
+def _tile_cases(generator: torch.Generator) -> list[Case]:
+    def randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator, dtype=dtype)
+
+    def case(batch, rows, cols, d_head, q_start, k_start, *, key_scale=1.0, dtype=torch.float32, note):
+        """The state after every earlier key block (blocks of ``cols`` keys from 0), then the tile at k_start."""
+        q = randn(*batch, rows, d_head, dtype=dtype) / math.sqrt(d_head)
+        m = torch.full((*batch, rows, 1), float("-inf"), dtype=dtype)
+        l, acc = torch.zeros(*batch, rows, 1, dtype=dtype), torch.zeros(*batch, rows, 5, dtype=dtype)
+        for start in range(0, k_start, cols):
+            m, l, acc = reference_tile_update(q, randn(*batch, cols, d_head, dtype=dtype),
+                                              randn(*batch, cols, 5, dtype=dtype), m, l, acc, q_start, start)
+        k_blk = randn(*batch, cols, d_head, dtype=dtype) * key_scale
+        return Case.of(q_blk=q, k_blk=k_blk, v_blk=randn(*batch, cols, 5, dtype=dtype), m=m, l=l, acc=acc,
+                       q_start=q_start, k_start=k_start, note=note)
+
+    return [
+        case((2,), 4, 4, 8, 0, 0, note="the first tile, on the diagonal"),
+        case((2, 3), 4, 4, 8, 8, 4, key_scale=4.0, note="below the diagonal, after one tile, larger scores"),
+        case((2,), 5, 3, 8, 6, 6, key_scale=3.0, note="5 queries, 3 keys, on the diagonal, after two tiles"),
+        case((1, 2), 3, 6, 4, 9, 6, note="3 queries, 6 keys, crossing the diagonal"),
+        case((2,), 4, 4, 6, 12, 8, key_scale=0.2, dtype=torch.float64, note="float64, smaller scores"),
+    ]
+
+
+def _tile_like(*, rescale_l=True, rescale_acc=True, boundary="<=", positions="absolute", masked=True):
+    """A learner's tile update; each keyword reproduces one way of getting it wrong."""
+
+    def tile_update(q_blk, k_blk, v_blk, m, l, acc, q_start, k_start):
+        scores = q_blk @ k_blk.transpose(-2, -1)
+        rows, cols = scores.shape[-2:]
+        if positions == "absolute":
+            query = q_start + torch.arange(rows)[:, None]
+            key = k_start + torch.arange(cols)[None, :]
+        else:
+            query, key = torch.arange(rows)[:, None], torch.arange(cols)[None, :]
+        visible = {"<=": key <= query, "<": key < query, "<=+1": key <= query + 1}[boundary]
+        if masked:
+            scores = scores.masked_fill(~visible, float("-inf"))
+        m_new = torch.maximum(m, scores.max(dim=-1, keepdim=True).values)
+        shift = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+        p = torch.exp(scores - shift)
+        factor = torch.exp(m - shift)
+        l_new = (l * factor if rescale_l else l) + p.sum(dim=-1, keepdim=True)
+        acc_new = (acc * factor if rescale_acc else acc) + p @ v_blk
+        return m_new, l_new, acc_new
+
+    return tile_update
+
+
+def _tile_old_maximum(q_blk, k_blk, v_blk, m, l, acc, q_start, k_start):
+    """Shifts this tile's scores by the old maximum and keeps it: no rescaling needed, but exp can overflow."""
+    scores = q_blk @ k_blk.transpose(-2, -1)
+    query = q_start + torch.arange(scores.shape[-2])[:, None]
+    key = k_start + torch.arange(scores.shape[-1])[None, :]
+    scores = scores.masked_fill(key > query, float("-inf"))
+    shift = torch.where(torch.isinf(m), scores.amax(dim=-1, keepdim=True), m)
+    p = torch.exp(scores - shift)
+    return shift, l + p.sum(dim=-1, keepdim=True), acc + p @ v_blk
+
+
+def _tile_inverted_rescale(q_blk, k_blk, v_blk, m, l, acc, q_start, k_start):
+    m_new, _, _ = reference_tile_update(q_blk, k_blk, v_blk, m, l, acc, q_start, k_start)
+    scores = q_blk @ k_blk.transpose(-2, -1)
+    query = q_start + torch.arange(scores.shape[-2])[:, None]
+    key = k_start + torch.arange(scores.shape[-1])[None, :]
+    p = torch.exp(scores.masked_fill(key > query, float("-inf")) - m_new)
+    factor = torch.nan_to_num(torch.exp(m_new - m), posinf=0.0)
+    return m_new, l * factor + p.sum(dim=-1, keepdim=True), acc * factor + p @ v_blk
+
+
+def _tile_normalised(q_blk, k_blk, v_blk, m, l, acc, q_start, k_start):
+    """Returns acc / l, the tile's normalised output, in place of the un-normalised accumulator."""
+    m_new, l_new, acc_new = reference_tile_update(q_blk, k_blk, v_blk, m, l, acc, q_start, k_start)
+    return m_new, l_new, acc_new / l_new
+
+
+TILE_UPDATE = Exercise(
+    id="13.tile_update",
+    reference=reference_tile_update,
+    cases=_tile_cases,
+    points=2,
+    outputs=("m", "l", "acc"),
+    axes={"m": "block_q 1", "l": "block_q 1", "acc": "block_q d_value"},
+    checked=(
+        "the first tile on the diagonal, tiles below and across the diagonal after earlier tiles, a maximum that grows, "
+        "block_q ≠ block_k, a batch and a head axis, and float64"
+    ),
+    hint=(
+        "scores = q_blk @ k_blk.transpose(-2, -1); hide key k_start + c from query q_start + r when k_start + c > "
+        "q_start + r; m_new = max(m, the row max); p = exp(scores - m_new); rescale both l and acc by exp(m - m_new) "
+        "before adding p.sum(-1) and p @ v_blk."
+    ),
+    mistakes=(
+        Mistake("denominator_not_rescaled", "rescaled the accumulator but not the denominator",
+                "acc and l are sums of the same exp(score - m) terms: when m grows, both are multiplied by "
+                "exp(m_old - m_new), or acc / l is wrong.", (_tile_like(rescale_l=False),)),
+        Mistake("accumulator_not_rescaled", "rescaled the denominator but not the accumulator",
+                "acc = Σ exp(score - m) v is relative to m, as l is: multiply it by exp(m_old - m_new) too.",
+                (_tile_like(rescale_acc=False),)),
+        Mistake("nothing_rescaled", "added the new tile without rescaling the running sums",
+                "l and acc were summed relative to the old maximum: multiply both by exp(m_old - m_new) before adding "
+                "this tile's terms (taken relative to m_new).", (_tile_like(rescale_l=False, rescale_acc=False),)),
+        Mistake("causal_boundary_off_by_one", "put the causal boundary of the tile one key off",
+                "Query i sees keys 0 … i, itself included: keep key k_start + c when k_start + c <= q_start + r "
+                "(`<=`, not `<`, and no + 1).", (_tile_like(boundary="<"), _tile_like(boundary="<=+1"))),
+        Mistake("tile_local_positions", "built the causal mask from positions inside the tile",
+                "A tile's row r is query q_start + r and its column c is key k_start + c: a `tril` of the tile is "
+                "right only on the diagonal. Compare absolute positions.", (_tile_like(positions="tile"),)),
+        Mistake("no_causal_mask", "left out the causal mask",
+                "Tiles on the diagonal hold future keys: hide key k_start + c from query q_start + r when it comes "
+                "later, `scores.masked_fill(key > query, float('-inf'))`.", (_tile_like(masked=False),)),
+    ),
+    mutants=(
+        Mutant("old_maximum_kept", "shifts by the old maximum and never updates it", _tile_old_maximum),
+        Mutant("inverted_rescale", "rescales by exp(m_new - m)", _tile_inverted_rescale),
+        Mutant("normalised_accumulator", "returns acc / l instead of acc", _tile_normalised),
+    ),
+)
+
+
+# --- 13.banded_attention ------------------------------------------------------------------------------------------------
+
+
+class _LargestTensor(TorchFunctionMode):
+    """The largest storage (in elements) behind any tensor a torch function returns while it is active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.largest = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for tensor in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(tensor, torch.Tensor):
+                self.largest = max(self.largest, tensor.untyped_storage().nbytes() // max(1, tensor.element_size()))
+        return out
+
+
+def _banded_call(banded_attention, args):
+    """Run the answer while recording its tensors; on a long sequence, a tensor half the size of the score matrix (or
+    more) means the answer built it."""
+    q, k, v, window = args
+    with _LargestTensor() as recorder:
+        out = banded_attention(q, k, v, window)
+    seq = q.shape[-2]
+    score_matrix = q[..., 0].numel() * seq
+    if seq >= 32 and recorder.largest >= score_matrix // 2:
+        raise WrongOutput("wrong_values", f"it created a tensor of {recorder.largest:,} elements on a sequence of {seq} "
+                                          f"positions: the seq × seq score matrix has {score_matrix:,} (batch and heads "
+                                          f"included), and the band only {q[..., 0].numel() * window:,} scores")
+    return out
+
+
+def _banded_cases(generator: torch.Generator) -> list[Case]:
+    def qkv(*batch: int, seq: int, d_head: int, d_value: int, dtype: torch.dtype = torch.float32):
+        return {name: torch.randn(*batch, seq, size, generator=generator, dtype=dtype)
+                for name, size in (("q", d_head), ("k", d_head), ("v", d_value))}
+
+    return [
+        Case.of(**qkv(2, seq=10, d_head=8, d_value=8), window=3, note="the first positions have fewer keys"),
+        Case.of(**qkv(2, 3, seq=12, d_head=6, d_value=5), window=4, note="a head axis, d_value ≠ d_head"),
+        Case.of(**qkv(1, seq=7, d_head=4, d_value=4), window=1, note="each position sees only itself"),
+        Case.of(**qkv(2, seq=9, d_head=4, d_value=3, dtype=torch.float64), window=20,
+                note="float64, a window longer than the sequence"),
+        Case.of(**qkv(2, 2, seq=64, d_head=4, d_value=4), window=4, note="64 positions: no room for 64 × 64 scores"),
+    ]
+
+
+def _band_like(*, extra=0, mask_padding=True, scale=True):
+    """A learner's banded attention with unfold; ``extra`` keys more (or fewer) than the window."""
+
+    def banded_attention(q, k, v, window):
+        width = window + extra
+        k_pad = F.pad(k, (0, 0, width - 1, 0))
+        v_pad = F.pad(v, (0, 0, width - 1, 0))
+        k_band = k_pad.unfold(-2, width, 1)  # (..., seq, d_head, width)
+        v_band = v_pad.unfold(-2, width, 1)
+        scores = (q[..., None] * k_band).sum(dim=-2)  # (..., seq, width)
+        if scale:
+            scores = scores / math.sqrt(q.shape[-1])
+        if mask_padding:
+            seq = q.shape[-2]
+            key = torch.arange(seq)[:, None] - width + 1 + torch.arange(width)[None, :]
+            scores = scores.masked_fill(key < 0, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
+        return (weights[..., None, :] * v_band).sum(dim=-1)
+
+    return banded_attention
+
+
+def _band_full_matrix(q, k, v, window):
+    seq = q.shape[-2]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    i, j = torch.arange(seq)[:, None], torch.arange(seq)[None, :]
+    scores = scores.masked_fill((j > i) | (j <= i - window), float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def _band_symmetric(q, k, v, window):
+    """Both sides of each query: keys t - window + 1 .. t + window - 1."""
+    seq, width = q.shape[-2], 2 * window - 1
+    k_band = F.pad(k, (0, 0, window - 1, window - 1)).unfold(-2, width, 1)
+    v_band = F.pad(v, (0, 0, window - 1, window - 1)).unfold(-2, width, 1)
+    scores = (q[..., None] * k_band).sum(dim=-2) / math.sqrt(q.shape[-1])
+    key = torch.arange(seq)[:, None] - window + 1 + torch.arange(width)[None, :]
+    scores = scores.masked_fill((key < 0) | (key >= seq), float("-inf"))
+    return (torch.softmax(scores, dim=-1)[..., None, :] * v_band).sum(dim=-1)
+
+
+def _band_without_self(q, k, v, window):
+    """The window shifted one back: keys t - window .. t - 1, so position 0 sees nothing (zeros)."""
+    seq = q.shape[-2]
+    k_band = F.pad(k, (0, 0, window, 0)).unfold(-2, window, 1)[..., :seq, :, :]
+    v_band = F.pad(v, (0, 0, window, 0)).unfold(-2, window, 1)[..., :seq, :, :]
+    scores = (q[..., None] * k_band).sum(dim=-2) / math.sqrt(q.shape[-1])
+    key = torch.arange(seq)[:, None] - window + torch.arange(window)[None, :]
+    weights = torch.softmax(scores.masked_fill(key < 0, float("-inf")), dim=-1).nan_to_num(0.0)
+    return (weights[..., None, :] * v_band).sum(dim=-1)
+
+
+BANDED_ATTENTION = Exercise(
+    id="13.banded_attention",
+    reference=lambda q, k, v, window: reference.banded_attention(q, k, v, window),
+    cases=_banded_cases,
+    points=2,
+    call=_banded_call,
+    outputs=("out",),
+    axes={"out": "seq d_value"},
+    checked=(
+        "windows of 3, 4 and 1 keys, a window longer than the sequence (float64), a head axis with d_value ≠ d_head, "
+        "and 64 positions computed without a 64 × 64 score matrix"
+    ),
+    hint=(
+        "pad k and v with window - 1 zero rows in front, `F.pad(k, (0, 0, window - 1, 0))`; `.unfold(-2, window, 1)` "
+        "gives each query its own window of keys; scores (seq, window) divided by √d_k, the padding slots (key index "
+        "t - window + 1 + j < 0) set to -inf, softmax over the window, weights times the band of values."
+    ),
+    mistakes=(
+        Mistake("window_one_too_wide", "let each query see window + 1 keys",
+                "Position t sees t - window + 1 … t: window keys, itself included; pad window - 1 rows and unfold "
+                "windows of `window`.", (_band_like(extra=1),)),
+        Mistake("window_one_too_narrow", "let each query see window - 1 keys",
+                "Position t sees t - window + 1 … t: window keys, itself included.", (_band_like(extra=-1),)),
+        Mistake("padding_not_masked", "let the padding slots in front of position 0 take part in the softmax",
+                "A padded key is a zero vector with score 0, and exp(0) = 1 is a weight like any other: set the "
+                "scores of slots before position 0 to -inf.", (_band_like(mask_padding=False),)),
+        Mistake("full_score_matrix", "computed every score and masked all but the band",
+                "The values are right, but the seq × seq matrix is what banded attention exists to avoid: build each "
+                "query's window of keys (pad, then `unfold`) and compute only seq × window scores.",
+                (_band_full_matrix,)),
+        Mistake("not_scaled", "forgot to divide the scores by √d_k",
+                "The band's scores are the same dot products as Eq. (1): divide by `math.sqrt(q.shape[-1])`.",
+                (_band_like(scale=False),)),
+    ),
+    mutants=(
+        Mutant("symmetric_window", "sees window - 1 keys on each side, the future included", _band_symmetric),
+        Mutant("window_without_self", "sees t - window … t - 1 instead of t - window + 1 … t", _band_without_self),
+    ),
+)
+
+
+# --- 13.causal_linear_attention -----------------------------------------------------------------------------------------
+
+
+def _linear_cases(generator: torch.Generator) -> list[Case]:
+    def randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator, dtype=dtype)
+
+    silent = randn(1, 6, 4)
+    silent[:, 2] = -60.0  # φ(q) rounds to 0 in float32: 0 / 0 without eps
+    return [
+        Case.of(q=randn(2, 9, 6), k=randn(2, 9, 6), v=randn(2, 9, 5), eps=1e-6, note="d_value ≠ d_head"),
+        Case.of(q=randn(2, 3, 17, 8), k=randn(2, 3, 17, 8), v=randn(2, 3, 17, 8), eps=1e-6, note="a head axis"),
+        Case.of(q=randn(1, 12, 4, dtype=torch.float64) * 2, k=randn(1, 12, 4, dtype=torch.float64) * 2,
+                v=randn(1, 12, 3, dtype=torch.float64), eps=0.5, note="float64, a large eps"),
+        Case.of(q=silent, k=randn(1, 6, 4), v=randn(1, 6, 4), eps=1e-6, note="a query whose features underflow to 0"),
+    ]
+
+
+def _linear_like(*, causal=True, normalise=True, include_self=True, plus_one=True, use_eps=True, phi_values=False,
+                 scale=False):
+    """A learner's causal linear attention with cumulative sums; each keyword reproduces one way of getting it wrong."""
+
+    def causal_linear_attention(q, k, v, eps=1e-6):
+        if scale:
+            q = q / math.sqrt(q.shape[-1])
+        phi_q = F.elu(q) + 1 if plus_one else F.elu(q)
+        phi_k = F.elu(k) + 1 if plus_one else F.elu(k)
+        values = F.elu(v) + 1 if phi_values else v
+        kv = phi_k[..., :, None] * values[..., None, :]  # (..., seq, d_head, d_value)
+        if causal:
+            s = kv.cumsum(dim=-3)
+            z = phi_k.cumsum(dim=-2)
+            if not include_self:
+                s, z = s - kv, z - phi_k
+        else:
+            s = kv.sum(dim=-3, keepdim=True).expand_as(kv)
+            z = phi_k.sum(dim=-2, keepdim=True).expand_as(phi_k)
+        numerator = (phi_q[..., :, None] * s).sum(dim=-2)
+        if not normalise:
+            return numerator
+        return numerator / ((phi_q * z).sum(dim=-1, keepdim=True) + (eps if use_eps else 0.0))
+
+    return causal_linear_attention
+
+
+LINEAR_ATTENTION = Exercise(
+    id="13.causal_linear_attention",
+    reference=lambda q, k, v, eps=1e-6: reference.linear_attention(q, k, v, causal=True, eps=eps),
+    cases=_linear_cases,
+    points=2,
+    outputs=("out",),
+    axes={"out": "seq d_value"},
+    checked=(
+        "d_value ≠ d_head, a head axis, float64 with a large eps, and a query whose features underflow to 0 (eps keeps "
+        "the output finite)"
+    ),
+    hint=(
+        "φ(x) = F.elu(x) + 1 on q and k; S_i = Σ_{j≤i} φ(k_j) v_jᵀ and z_i = Σ_{j≤i} φ(k_j) as cumulative sums over "
+        "the positions (itself included); out_i = φ(q_i)ᵀ S_i / (φ(q_i)·z_i + eps)."
+    ),
+    mistakes=(
+        Mistake("normaliser_forgotten", "left out the normaliser φ(q_i)·z_i",
+                "Softmax divides by the sum of its exponentials; linear attention divides by the sum of its "
+                "similarities, φ(q_i)·Σ_{j≤i} φ(k_j), plus eps. Without it the output grows with the position.",
+                (_linear_like(normalise=False),)),
+        Mistake("not_causal", "summed over every position instead of the positions up to i",
+                "Causal attention sees the past only: running (cumulative) sums, `cumsum(dim=...)` over the "
+                "positions, not totals.", (_linear_like(causal=False),)),
+        Mistake("excluded_current_position", "left position i out of its own running sums",
+                "Position i sees keys 0 … i, itself included, as with the causal mask: add φ(k_i) v_iᵀ to the state "
+                "before reading it with q_i.", (_linear_like(include_self=False),)),
+        Mistake("feature_map_without_plus_one", "used φ(x) = elu(x) without the + 1",
+                "elu(x) is negative below 0, so similarities can be negative and the normaliser can cross 0; "
+                "elu(x) + 1 is positive everywhere.", (_linear_like(plus_one=False),)),
+        Mistake("eps_left_out", "divided without adding eps",
+                "The denominator is φ(q_i)·z_i + eps: eps is part of the formula, and it keeps a query whose "
+                "features are all 0 (elu(x) + 1 underflows below x ≈ -17 in float32) from 0 / 0.",
+                (_linear_like(use_eps=False),)),
+    ),
+    mutants=(
+        Mutant("phi_on_values", "applies the feature map to the values too", _linear_like(phi_values=True)),
+        Mutant("scaled_queries", "divides q by √d_k, as softmax attention does", _linear_like(scale=True)),
+    ),
+)
+
+
+register(ONLINE_SOFTMAX, TILE_UPDATE, BANDED_ATTENTION, LINEAR_ATTENTION)
+

@@ -1,0 +1,140 @@
+"""How tiled attention walks the score matrix (chapter 13): which tiles it computes, and the online softmax's state.
+
+:func:`tile_grid` classifies the tiles of a ``query_pos × key_pos`` score matrix cut into ``block_q × block_k`` tiles
+(skipped above the causal diagonal, computed and cut by it, computed whole), exactly as
+:func:`tutorial_lib.efficient_attention.tiled_attention` visits them; :func:`plot_tile_grid` draws it and
+:func:`tile_grid_widget` wraps it with sliders. :func:`online_softmax_trace` records the running maximum and
+denominator of :func:`tutorial_lib.efficient_attention.online_softmax` after every block.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ipywidgets as widgets
+import numpy as np
+import torch
+from jaxtyping import Float, Int
+from matplotlib.colors import ListedColormap
+from matplotlib.figure import Figure
+from torch import Tensor
+
+from tutorial_lib.widgets._plotting import figure_png, new_figure
+
+SKIPPED, PARTIAL, FULL = 0, 1, 2  # a tile never computed; computed, cut by the causal diagonal; computed whole
+
+
+def tile_grid(n_query: int, n_key: int, block_q: int, block_k: int, *, causal: bool = True) -> Int[Tensor, "q_blocks k_blocks"]:
+    """Per tile, :data:`SKIPPED`, :data:`PARTIAL` or :data:`FULL`. Causal queries are the last ``n_query`` positions
+    of the keys, as in ``tiled_attention``; without ``causal`` every tile is :data:`FULL`."""
+    for name, value in (("n_query", n_query), ("n_key", n_key), ("block_q", block_q), ("block_k", block_k)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if causal and n_query > n_key:
+        raise ValueError(f"causal needs n_query <= n_key, got {n_query} and {n_key}")
+    q_starts, k_starts = range(0, n_query, block_q), range(0, n_key, block_k)
+    grid = torch.full((len(q_starts), len(k_starts)), FULL, dtype=torch.long)
+    if not causal:
+        return grid
+    n_past = n_key - n_query
+    for i, q_start in enumerate(q_starts):
+        last_query = n_past + min(q_start + block_q, n_query) - 1  # the block's last query sees keys up to here
+        first_query = n_past + q_start
+        for j, k_start in enumerate(k_starts):
+            last_key = min(k_start + block_k, n_key) - 1
+            if k_start > last_query:
+                grid[i, j] = SKIPPED
+            elif last_key > first_query:
+                grid[i, j] = PARTIAL
+    return grid
+
+
+@dataclass(frozen=True)
+class TileCounts:
+    """What a tile walk costs: tiles computed out of all, scores computed out of ``query_pos · key_pos``."""
+
+    computed: int
+    total: int
+    scores_computed: int
+    scores_total: int
+
+
+def tile_counts(n_query: int, n_key: int, block_q: int, block_k: int, *, causal: bool = True) -> TileCounts:
+    grid = tile_grid(n_query, n_key, block_q, block_k, causal=causal)
+    rows = torch.tensor([min(block_q, n_query - s) for s in range(0, n_query, block_q)])
+    cols = torch.tensor([min(block_k, n_key - s) for s in range(0, n_key, block_k)])
+    sizes = rows[:, None] * cols[None, :]
+    computed = grid != SKIPPED
+    return TileCounts(int(computed.sum()), grid.numel(), int(sizes[computed].sum()), n_query * n_key)
+
+
+_COLORS = ListedColormap(["#f2f2f2", "#f6b26b", "#6fa8dc"])
+
+
+def plot_tile_grid(n_query: int = 64, n_key: int = 64, block_q: int = 16, block_k: int = 16, *, causal: bool = True) -> Figure:
+    """The score matrix cut into tiles: grey never computed, orange computed and cut by the diagonal (the causal mask
+    applies inside it), blue computed whole; the title counts tiles and scores."""
+    grid = tile_grid(n_query, n_key, block_q, block_k, causal=causal)
+    counts = tile_counts(n_query, n_key, block_q, block_k, causal=causal)
+    q_index = torch.arange(n_query) // block_q
+    k_index = torch.arange(n_key) // block_k
+    picture = grid[q_index[:, None], k_index[None, :]].numpy()
+    fig, ax = new_figure(1, 1, figsize=(4.8, 4.8 * n_query / n_key + 0.6))
+    ax.imshow(picture, cmap=_COLORS, vmin=0, vmax=2, interpolation="nearest", extent=(0, n_key, n_query, 0))
+    for start in range(0, n_query + 1, block_q):
+        ax.axhline(start, color="white", linewidth=1.2)
+    for start in range(0, n_key + 1, block_k):
+        ax.axvline(start, color="white", linewidth=1.2)
+    if causal:
+        diagonal = np.arange(n_query + 1)
+        ax.plot(diagonal + n_key - n_query, diagonal, color="black", linewidth=1)
+    ax.set_xlabel("key position", fontsize=11)
+    ax.set_ylabel("query position", fontsize=11)
+    ax.set_title(f"{counts.computed} of {counts.total} tiles computed, "
+                 f"{counts.scores_computed / counts.scores_total:.0%} of the scores\n"
+                 f"largest score tensor: {block_q} × {block_k}, not {n_query} × {n_key}", fontsize=10)
+    return fig
+
+
+def tile_grid_widget(n: int = 64, block_q: int = 16, block_k: int = 16, *, causal: bool = True) -> widgets.VBox:
+    """Sliders for the sequence length and the two block sizes, a causal switch, and the tile picture."""
+    length = widgets.IntSlider(value=n, min=8, max=256, step=8, description="n")
+    rows = widgets.IntSlider(value=block_q, min=1, max=128, description="block_q")
+    cols = widgets.IntSlider(value=block_k, min=1, max=128, description="block_k")
+    is_causal = widgets.Checkbox(value=causal, description="causal")
+    image = widgets.Image(format="png")
+
+    def redraw(_change: object = None) -> None:
+        image.value = figure_png(plot_tile_grid(length.value, length.value, rows.value, cols.value, causal=is_causal.value))
+
+    for control in (length, rows, cols, is_causal):
+        control.observe(redraw, names="value")
+    redraw()
+    return widgets.VBox([length, rows, cols, is_causal, image])
+
+
+@dataclass(frozen=True)
+class OnlineSoftmaxStep:
+    """The state of the online softmax after one block: the block's span, the running maximum and denominator."""
+
+    start: int
+    stop: int
+    block_max: float
+    m: float
+    l: float
+
+
+def online_softmax_trace(x: Float[Tensor, " n"], block_size: int) -> list[OnlineSoftmaxStep]:
+    """The running ``m`` and ``l = Σ exp(x_j - m)`` of the online softmax of one row, after each block."""
+    if x.dim() != 1:
+        raise ValueError(f"x must be one row of scores (1-D), got shape {tuple(x.shape)}")
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+    m, l, steps = float("-inf"), 0.0, []
+    for start in range(0, len(x), block_size):
+        block = x[start : start + block_size].double()
+        m_new = max(m, block.max().item())
+        l = l * float(np.exp(m - m_new)) + torch.exp(block - m_new).sum().item()
+        m = m_new
+        steps.append(OnlineSoftmaxStep(start, start + len(block), block.max().item(), m, l))
+    return steps
