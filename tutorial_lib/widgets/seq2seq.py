@@ -1,8 +1,9 @@
-"""Figures of chapter 07: the label-smoothed target (§5.4) and the decoder's cross-attention over the source.
+"""Figures of chapter 07: the label-smoothed target (§5.4), a training run, and the decoder's cross-attention.
 
 Pure functions return tensors (:func:`smoothed_target`, :func:`smoothed_loss_curve`, :func:`cross_attention_weights`)
-or figures (:func:`plot_label_smoothing`, :func:`plot_cross_attention`); :func:`cross_attention_widget` is a thin
-ipywidgets wrapper over the last two.
+or figures (:func:`plot_label_smoothing`, :func:`plot_training_history`, :func:`plot_cross_attention`);
+:func:`cross_attention_widget` is a thin ipywidgets wrapper over :func:`cross_attention_weights` and
+:func:`plot_cross_attention`.
 """
 
 from __future__ import annotations
