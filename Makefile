@@ -9,7 +9,7 @@ export MPLBACKEND := agg
 export OMP_NUM_THREADS ?= 2
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: venv book book-assets test test-unit test-notebooks test-book test-browser screenshots execute clean exercises
+.PHONY: venv book book-assets colab-wheels test test-unit test-notebooks test-book test-browser screenshots execute clean exercises
 
 $(STAMP): requirements.txt pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -33,8 +33,13 @@ book-assets:
 ## test: every test of the project: unit tests, the notebooks' stored outputs (nbval), the book, the book in a browser
 test: venv test-unit test-notebooks test-book test-browser
 
-test-unit: venv
+test-unit: venv colab-wheels
 	$(PY) -m pytest tests
+
+# The wheels the offline Colab test (tests/test_colab_install.py) lets pip install from: the package's dependencies
+# without torch, at requirements.txt's versions, into .venv/colab-wheels (downloaded once).
+colab-wheels: venv
+	$(PY) tools/colab_wheelhouse.py
 
 # Notebook kernels: CPU outputs (the stored ones) and the inline backend (the agg exported above shows no figure).
 # Two threads, as tools/execute_notebooks.py: the thread count decides how matmuls split their sums, so it is pinned.

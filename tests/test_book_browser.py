@@ -8,7 +8,8 @@ request to another origin is blocked and is a failure. On every page, at both wi
 - every display equation of the source is typeset (MathJax's display containers, counted against the ``$$`` and
   ``\\begin{…}`` blocks of the notebook's markdown), every inline one too, and no raw ``\\begin``, ``\\frac``, ``$$``,
   ``\\(`` or ``\\[`` is visible outside code;
-- every image has loaded (``naturalWidth > 0``), every stored widget output is drawn with a visible size;
+- every image has loaded (``naturalWidth > 0``), every stored widget output is drawn with a visible size, and no
+  figure is shrunk below 55% of its width (its text would be under 7 px: a phone needs panels stacked);
 - no element is wider than the viewport unless it sits in a scroll container (equations, code and wide tables
   scroll; the page does not), and every check verdict is wrapped, not scrolled;
 - at 390 px: the table of contents and the page's contents open from the buttons a reader sees, and a link in each
@@ -50,6 +51,8 @@ HEIGHT = {"desktop": 800, "phone": 844}
 PARALLEL_PAGES = 4  # MathJax and the widget manager are CPU-bound: a few pages at once keep two cores busy
 SCREENSHOT_PAGE = "chapters/03_scaled_dot_product_attention"
 VERDICT = r"^\d\d\.\w+: .*?\(\d+/\d+ points?\)"  # a check's verdict, as tutorial_lib/checks/core.py prints it
+# A figure's 10 pt text is 12.5 px at the figures' 90 dpi; shown at less than 55% of its width it falls below 7 px.
+MINIMUM_FIGURE_SCALE = 0.55
 
 
 # --- what the sources say the pages must show ---------------------------------------------------------------------
@@ -115,7 +118,7 @@ WIDGETS_DRAWN = f"""() => Array.from(document.querySelectorAll('{WIDGET_VIEWS}')
   const area = view.previousElementSibling;
   return area && area.classList.contains('widget-subarea') && area.querySelector('.jupyter-widgets');
 }})"""
-AUDIT = r"""([verdictPattern]) => {
+AUDIT = r"""([verdictPattern, minimumScale]) => {
   const verdict = new RegExp(verdictPattern, 'm');
   const describe = (el) => {
     const name = el.tagName.toLowerCase() + (el.id ? '#' + el.id : '') +
@@ -171,6 +174,11 @@ AUDIT = r"""([verdictPattern]) => {
     if (!held) result.overflowing.push(`${describe(el)} reaches ${Math.round(box.right)} px`);
   }
   result.overflowing = result.overflowing.slice(0, 5);
+  // Figures (cell outputs and widget pictures): shrunk to the column, their text must stay readable.
+  result.shrunkFigures = Array.from(article.querySelectorAll('.cell_output img')).filter((image) =>
+    image.naturalWidth >= 100 && image.getBoundingClientRect().width > 0 &&
+    image.getBoundingClientRect().width / image.naturalWidth < minimumScale
+  ).map((image) => `${image.naturalWidth} px shown at ${Math.round(image.getBoundingClientRect().width)} px`);
   // Verdicts: wrapped, never scrolled.
   result.verdicts = 0;
   result.scrolledVerdicts = [];
@@ -279,7 +287,7 @@ async def _audit_page(browser, base: str, page_name: str, width_name: str, block
                 await page.wait_for_function(condition, timeout=15_000)
             except Exception:  # noqa: BLE001 - what is missing is reported by the audit below
                 pass
-        audit = await page.evaluate(AUDIT, [VERDICT])
+        audit = await page.evaluate(AUDIT, [VERDICT, MINIMUM_FIGURE_SCALE])
         expected = display_equations(_markdown_of(page_name))
         report.check(audit["displayTypeset"] == expected,
                      f"{audit['displayTypeset']} display equations typeset, the source has {expected}")
@@ -291,6 +299,7 @@ async def _audit_page(browser, base: str, page_name: str, width_name: str, block
         report.check(scroll_width <= width, f"the page is {scroll_width} px wide in a {width} px viewport")
         report.check(not audit["overflowing"], f"wider than the viewport, outside a scroll container: {audit['overflowing']}")
         report.check(not audit["scrolledVerdicts"], f"check verdicts scroll instead of wrapping: {audit['scrolledVerdicts']}")
+        report.check(not audit["shrunkFigures"], f"figures shrunk below {MINIMUM_FIGURE_SCALE:.0%} (their text unreadable): {audit['shrunkFigures']}")
         if screenshots is not None and page_name == SCREENSHOT_PAGE:
             screenshots.mkdir(parents=True, exist_ok=True)
             await page.screenshot(path=str(screenshots / f"chapter-03-{width_name}.png"))

@@ -5,9 +5,11 @@ page names symbols, tests and build cells that exist, with a row for every equat
 from __future__ import annotations
 
 import ast
+import base64
 import importlib
 import posixpath
 import re
+import struct
 import sys
 from pathlib import Path
 
@@ -187,3 +189,36 @@ def test_every_badge_opens_its_notebook_in_the_repository_of_the_config(path):
     found = [match["url"] for match in BADGE.finditer(nbformat.read(path, as_version=4).cells[0].source)]
     assert [link.removeprefix(prefix) for link in found] == expected, f"badges must open {[prefix + e for e in expected]}"
     assert all(link.startswith(prefix) and (ROOT / link.removeprefix(prefix)).exists() for link in found)
+
+
+# --- figures on a phone ---------------------------------------------------------------------------------------------
+
+# The widest figure a phone shows readably: at 390 px the page's text column is about 358 px wide, and a figure is
+# shrunk to it. Matplotlib's 10 pt text is 12.5 px at the figures' 90 dpi (tutorial_lib/widgets/_plotting.py), so a
+# figure wider than 650 px shows it below 7 px. Several panels go in at most two columns, or one above the other.
+PHONE_FIGURE_WIDTH = 650
+BOOK_NOTEBOOKS = [ROOT / f"{page}.ipynb" for page in PAGES if (ROOT / f"{page}.ipynb").exists()]
+
+
+def stored_pngs(path: Path) -> list[tuple[str, bytes]]:
+    """``(where, png)`` for every figure a notebook stores: cell outputs, and the pictures of its widgets."""
+    notebook = nbformat.read(path, as_version=4)
+    found = [
+        (f"cell {index}", base64.b64decode(output["data"]["image/png"]))
+        for index, cell in enumerate(notebook.cells)
+        if cell.cell_type == "code"
+        for output in cell.outputs
+        if "image/png" in output.get("data", {})
+    ]
+    state = notebook.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    for model_id, model in state.items():
+        if model.get("model_name") == "ImageModel":
+            found += [(f"widget {model_id[-4:]}", base64.b64decode(buffer["data"])) for buffer in model.get("buffers", [])]
+    return found
+
+
+@pytest.mark.parametrize("path", BOOK_NOTEBOOKS, ids=_ids(BOOK_NOTEBOOKS))
+def test_figures_are_narrow_enough_to_read_on_a_phone(path):
+    widths = {where: struct.unpack(">II", png[16:24])[0] for where, png in stored_pngs(path) if png[:8] == b"\x89PNG\r\n\x1a\n"}
+    too_wide = {where: width for where, width in widths.items() if width > PHONE_FIGURE_WIDTH}
+    assert too_wide == {}, f"figures wider than {PHONE_FIGURE_WIDTH} px (stack the panels, at most two columns): {too_wide}"

@@ -142,13 +142,14 @@ def _draw(ax, schedule: LRSchedule, *, others: Sequence[LRSchedule] = ()) -> Non
 
 
 def plot_lr_schedules(schedules: Sequence[LRSchedule]) -> Figure:
-    """Small multiples: each schedule in its own panel (its own scale), the warm-up shaded."""
+    """Small multiples: each schedule in its own panel (its own scale), the warm-up shaded; one panel per row, so
+    that the figure stays readable on a phone."""
     if not schedules:
         raise ValueError("schedules must hold at least one LRSchedule")
-    fig, axes = new_figure(1, len(schedules), figsize=(3.9 * len(schedules), 3.2), squeeze=False)
-    for ax, schedule in zip(axes[0], schedules):
+    fig, axes = new_figure(len(schedules), 1, figsize=(6.0, 2.9 * len(schedules)), squeeze=False)
+    for ax, schedule in zip(axes[:, 0], schedules):
         _draw(ax, schedule)
-    axes[0, 0].set_ylabel("learning rate")
+        ax.set_ylabel("learning rate")
     return fig
 
 

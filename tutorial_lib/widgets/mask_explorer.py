@@ -62,7 +62,8 @@ def masked_attention_weights(
 
 
 def _draw(axes, kind: str, mask: Tensor, weights: Tensor) -> AxesImage:
-    """Top: the mask; bottom: the weights on a shared 0..1 scale, masked pairs left white (they are exactly 0)."""
+    """The mask in the first axes; the weights in the second, on a shared 0..1 scale, masked pairs left white (they
+    are exactly 0)."""
     mask_ax, weights_ax = axes
     mask_ax.imshow(mask.numpy(), cmap="Greys", vmin=0, vmax=1.6)
     mask_ax.set_title(kind, fontsize="medium")
@@ -79,17 +80,19 @@ def _draw(axes, kind: str, mask: Tensor, weights: Tensor) -> AxesImage:
 def plot_masks(
     kinds: Sequence[str] = MASK_KINDS, *, seq_len: int = 8, window: int = 3, length: int = 5, seed: int = 0
 ) -> Figure:
-    """Every mask kind side by side (top, dark = may attend) with the attention weights it yields (bottom).
+    """Every mask kind, one per row: the mask (left, dark = may attend) and the attention weights it yields (right).
 
-    The weights come from the same random queries and keys in every column, so only the mask differs.
+    The weights come from the same random queries and keys in every row, so only the mask differs. Two columns, so
+    that the figure stays readable on a phone.
     """
-    fig, axes = new_figure(2, len(kinds), figsize=(2.4 * len(kinds), 5.0), squeeze=False)
-    for column, kind in enumerate(kinds):
+    fig, axes = new_figure(len(kinds), 2, figsize=(4.8, 0.3 + 2.3 * len(kinds)), squeeze=False)
+    for row, kind in enumerate(kinds):
         mask = build_mask(kind, seq_len, window=window, length=length)
-        image = _draw(axes[:, column], kind, mask, masked_attention_weights(mask, seed=seed))
-    axes[0, 0].set_ylabel("query_pos\nmask (dark = may attend)")
-    axes[1, 0].set_ylabel("query_pos\nattention weights")
-    fig.colorbar(image, ax=axes[1, :].tolist(), shrink=0.8, label="weight")
+        image = _draw(axes[row, :], kind, mask, masked_attention_weights(mask, seed=seed))
+        axes[row, 0].set_ylabel(f"{kind}\nquery_pos")
+        axes[row, 0].set_title("mask (dark = may attend)" if row == 0 else "", fontsize="medium")
+        axes[row, 1].set_title("attention weights" if row == 0 else "", fontsize="medium")
+    fig.colorbar(image, ax=axes[:, 1].tolist(), shrink=0.4, label="weight")
     return fig
 
 

@@ -131,10 +131,12 @@ def depth_profiles(
 
 
 def plot_norms_at_init(profiles: Mapping[str, DepthStats], *, title: str = "") -> Figure:
-    """Gradient norm (left) and activation norm (right) per block, one line per arrangement, log scales."""
+    """Gradient norm (top) and activation norm (bottom) per block, one line per arrangement, log scales.
+
+    Stacked, so that the figure stays readable on a phone."""
     if not profiles:
         raise ValueError("profiles must hold at least one arrangement")
-    fig, (left, right) = new_figure(1, 2, figsize=(9.0, 3.9))
+    fig, (left, right) = new_figure(2, 1, figsize=(6.2, 6.8))
     for arrangement, stats in profiles.items():
         layers = range(1, len(stats.gradient) + 1)
         style = {"color": _COLORS.get(arrangement, "black"), "linestyle": _STYLES.get(arrangement, "-"), "linewidth": 2}

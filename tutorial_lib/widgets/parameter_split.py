@@ -60,7 +60,7 @@ def plot_parameter_split(
     if not splits:
         raise ValueError("splits must hold at least one model")
     labels = list(splits)
-    fig, ax = new_figure(1, 1, figsize=(7.5, 3.6))
+    fig, ax = new_figure(1, 1, figsize=(5.6, 3.6))  # with the legend beside it, narrow enough for a phone
     bottoms = [0.0] * len(labels)
     for kind in KINDS:
         shares = [splits[label].get(kind, 0) / sum(splits[label].values()) for label in labels]

@@ -104,13 +104,14 @@ def _draw_curves(ax: Axes, curves: Mapping[bool, Tensor]) -> None:
 def plot_residual_growth(growth: Mapping[tuple[int, bool], Tensor]) -> Figure:
     """Two panels from ``{(n_layers, scale_residual): stds}`` as :func:`residual_growth` returns them.
 
-    Left: the stream's std after every block of the deepest model, with and without the scaling. Right: the std
+    Top: the stream's std after every block of the deepest model, with and without the scaling. Bottom: the std
     after the last block against the depth, on log-log axes, with the √depth slope of a variance that grows linearly.
+    Stacked, so that the figure stays readable on a phone.
     """
     depths = sorted({n_layers for n_layers, _ in growth})
     if not depths or any((n_layers, scaled) not in growth for n_layers in depths for scaled in (True, False)):
         raise ValueError("growth must hold a curve with and without scaling for every depth")
-    fig, (left, right) = new_figure(1, 2, figsize=(10, 3.8))
+    fig, (left, right) = new_figure(2, 1, figsize=(6.2, 7.0))
     deepest = depths[-1]
     _draw_curves(left, {scaled: growth[deepest, scaled] for scaled in (True, False)})
     left.set_title(f"{deepest} layers at initialisation")

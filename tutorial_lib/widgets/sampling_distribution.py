@@ -139,7 +139,7 @@ def plot_sampling_distribution(
     """One panel: the filtered, renormalised next-token distribution, kept tokens in colour, with the number kept
     and the entropy."""
     _check_labels(logits, labels, n_shown)
-    fig, ax = new_figure(1, 1, figsize=(7.5, 3.2))
+    fig, ax = new_figure(1, 1, figsize=(6.4, 3.2))
     tallest = _draw(ax, logits, labels, temperature, top_k, top_p, n_shown, title)
     ax.set_ylim(0, _y_limit(tallest))
     ax.set(xlabel="next character (most likely first)", ylabel="probability")
@@ -155,10 +155,11 @@ def plot_sampling_grid(
     filters: Sequence[tuple[str, int | None, float | None]] = DEFAULT_FILTERS,
     n_shown: int = 15,
 ) -> Figure:
-    """Small multiples: one row per temperature, one column per filter ``(label, top_k, top_p)``."""
+    """Small multiples: one row per temperature, one column per filter ``(label, top_k, top_p)``; narrow panels, so
+    that three columns stay readable on a phone."""
     _check_labels(logits, labels, n_shown)
     fig, axes = new_figure(
-        len(temperatures), len(filters), figsize=(3.6 * len(filters), 2.3 * len(temperatures)),
+        len(temperatures), len(filters), figsize=(2.2 * len(filters), 2.2 * len(temperatures)),
         squeeze=False, sharey=True,
     )
     tallest = max(
@@ -192,23 +193,33 @@ def plot_entropy_vs_temperature(logits: Float[Tensor, " d_vocab"], temperatures:
 
 
 def plot_nucleus_sizes(
-    sizes: Int[Tensor, " seq"], labels: Sequence[str], *, top_p: float, top_k: int | None = None
+    sizes: Int[Tensor, " seq"], labels: Sequence[str], *, top_p: float, top_k: int | None = None, per_row: int = 32
 ) -> Figure:
     """Bar chart of the nucleus size at each position of a text, the character that follows under each bar; a line
-    at ``top_k``, the size top-k would use everywhere."""
+    at ``top_k``, the size top-k would use everywhere. A long text wraps onto several rows of at most
+    ``per_row`` positions (as text does), so that the figure stays readable on a phone."""
     if sizes.dim() != 1 or len(labels) != sizes.numel():
         raise ValueError(
             f"sizes must be 1-D with one label per position: {tuple(sizes.shape)} sizes, {len(labels)} labels"
         )
-    fig, ax = new_figure(1, 1, figsize=(max(6.0, 0.16 * sizes.numel()), 3.0))
-    ax.bar(range(sizes.numel()), sizes.numpy(), color="C0", width=0.8)
+    if isinstance(per_row, bool) or not isinstance(per_row, int) or per_row < 1:
+        raise ValueError(f"per_row must be a positive int, got {per_row!r}")
+    n_rows = -(-sizes.numel() // per_row)
+    fig, axes = new_figure(n_rows, 1, figsize=(6.4, 0.5 + 2.2 * n_rows), squeeze=False, sharey=True)
+    for row, ax in enumerate(axes[:, 0]):
+        start = row * per_row
+        chunk = sizes[start : start + per_row]
+        ax.bar(range(chunk.numel()), chunk.numpy(), color="C0", width=0.8)
+        if top_k is not None:
+            ax.axhline(top_k, color="C1", linestyle="--", label=f"top-k = {top_k}")
+        ax.set_xticks(range(chunk.numel()), [visible_label(label) for label in labels[start : start + per_row]],
+                      fontsize="small")
+        ax.set_xlim(-0.6, per_row - 0.4)  # every row on the same scale, the last one shorter
+        ax.set_ylabel("tokens in the nucleus")
     if top_k is not None:
-        ax.axhline(top_k, color="C1", linestyle="--", label=f"top-k = {top_k}")
-        ax.legend(loc="upper right", fontsize="small")
-    ax.set_xticks(range(sizes.numel()), [visible_label(label) for label in labels], fontsize="small")
-    ax.set_xlim(-0.6, sizes.numel() - 0.4)
-    ax.set(xlabel="the character to predict", ylabel="tokens in the nucleus",
-           title=f"Nucleus size at top-p = {top_p:g}, position by position")
+        axes[0, 0].legend(loc="upper right", fontsize="small")
+    axes[-1, 0].set_xlabel("the character to predict")
+    axes[0, 0].set_title(f"Nucleus size at top-p = {top_p:g}, position by position")
     return fig
 
 

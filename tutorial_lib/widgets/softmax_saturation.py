@@ -134,13 +134,14 @@ def _draw_distribution(ax, stats: SoftmaxStats, title: str) -> None:
 
 
 def plot_saturation_grid(d_heads: Sequence[int] = (4, 64, 512), *, n_keys: int = 16, seed: int = 0) -> Figure:
-    """Small multiples: one query's attention weights, unscaled (top) and scaled (bottom), for each d_k.
+    """Small multiples: one query's attention weights, unscaled (left) and scaled (right), one row per d_k.
 
     Each panel also prints the entropy and gradient norm averaged over 256 queries: the static lesson of the widget.
+    Two columns, so that the figure stays readable on a phone however many sizes it shows.
     """
-    fig, axes = new_figure(2, len(d_heads), figsize=(3.2 * len(d_heads), 4.6), squeeze=False, sharey=True)
-    for column, d_head in enumerate(d_heads):
-        for row, scaled in enumerate((False, True)):
+    fig, axes = new_figure(len(d_heads), 2, figsize=(6.4, 0.4 + 2.1 * len(d_heads)), squeeze=False, sharey=True)
+    for row, d_head in enumerate(d_heads):
+        for column, scaled in enumerate((False, True)):
             stats = saturation(d_head, scaled=scaled, n_keys=n_keys, seed=seed)
             label = r"$q \cdot k / \sqrt{d_k}$" if scaled else r"$q \cdot k$"
             _draw_distribution(axes[row, column], stats, f"{label}, $d_k$ = {d_head}")
