@@ -173,18 +173,20 @@ def plot_position_losses(curves: Mapping[str, Tensor], *, references: Mapping[st
 def plot_gradient_norms(norms: Mapping[str, Tensor]) -> Figure:
     """The gradient norm reaching each block (block 0 nearest the input), one line per entry, on a log scale.
 
-    Labels of the form "model, when" share a colour per model and a line style per "when" (solid for the first one
-    met, then dashed, dotted), so "baseline, trained" and "baseline, at initialisation" read as a pair."""
+    Labels of the form "model, when" share a colour per model and a line style and marker per "when" (solid with
+    dots for the first one met, then dashed with squares...), so "baseline, trained" and "baseline, at
+    initialisation" read as a pair."""
     if not isinstance(norms, Mapping) or not norms:
         raise ValueError("norms must be a non-empty mapping from labels to per-block gradient norms")
     fig, ax = new_figure(1, 1, figsize=(6.0, 3.6))
     models = list(dict.fromkeys(label.split(",")[0] for label in norms))
     whens = list(dict.fromkeys(label.split(",", 1)[1].strip() if "," in label else "" for label in norms))
     colors = row_colors(models, baseline="")
-    styles = dict(zip(whens, ("-", "--", ":", "-.") * len(whens)))
+    styles = dict(zip(whens, (("-", "o"), ("--", "s"), (":", "^"), ("-.", "v")) * len(whens)))
     for label, values in norms.items():
         model, when = label.split(",")[0], label.split(",", 1)[1].strip() if "," in label else ""
-        ax.plot(range(len(values)), values.tolist(), "o", ls=styles[when], color=colors[model], label=label)
+        line, marker = styles[when]
+        ax.plot(range(len(values)), values.tolist(), marker=marker, ls=line, color=colors[model], label=label)
     ax.set_yscale("log")
     n_blocks = max(len(values) for values in norms.values())
     ax.set_xticks(range(n_blocks))
@@ -208,11 +210,11 @@ def plot_ablation_deltas(deltas: Mapping[str, float], sigma: float, *, k: float 
     rows = list(deltas)
     colors = row_colors(["baseline", *rows])
     fig, ax = new_figure(1, 1, figsize=(6.0, 1.4 + 0.32 * len(rows)))
-    ax.axvspan(-k * sigma, k * sigma, color="0.85", zorder=0, label=f"within the noise: |Δ| ≤ {k:g}σ")
+    band = ax.axvspan(-k * sigma, k * sigma, color="0.85", zorder=0, label=f"within the noise: |Δ| ≤ {k:g}σ")
     ax.barh(range(len(rows)), [deltas[row] for row in rows], color=[colors[row] for row in rows], height=0.6)
     ax.axvline(0, color="k", lw=0.8)
     ax.set_xscale("symlog", linthresh=2 * k * sigma)
-    limit = max(abs(value) for value in deltas.values()) * 3
+    limit = max(abs(value) for value in deltas.values()) * 20  # room for the labels beyond the longest bar
     ax.set_xlim(-limit, limit)
     for i, row in enumerate(rows):
         value = deltas[row]
@@ -221,5 +223,5 @@ def plot_ablation_deltas(deltas: Mapping[str, float], sigma: float, *, k: float 
     ax.invert_yaxis()
     ax.set_xlabel("validation loss minus the baseline's mean (nats; symmetric log scale)")
     ax.grid(alpha=0.3, axis="x")
-    ax.legend(fontsize=8, loc="lower right")
+    fig.legend(handles=[band], loc="outside lower center", fontsize=8)
     return fig
