@@ -68,7 +68,8 @@ test-browser: venv
 
 ## screenshots: the README's pictures of chapter 03 at desktop and phone width, taken by the browser suite
 screenshots: book
-	BOOK_SCREENSHOTS=docs/screenshots $(PY) -m pytest -q -m browser tests/test_book_browser.py
+	BOOK_PAGES=chapters/03_scaled_dot_product_attention BOOK_SCREENSHOTS=docs/screenshots \
+		$(PY) -m pytest -q -m browser tests/test_book_browser.py
 
 ## exercises: regenerate exercises/ from solutions/ and execute the notebooks whose sources changed
 exercises: venv

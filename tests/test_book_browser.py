@@ -50,6 +50,8 @@ WIDTHS = {"desktop": 1280, "phone": 390}
 HEIGHT = {"desktop": 800, "phone": 844}
 PARALLEL_PAGES = 4  # MathJax and the widget manager are CPU-bound: a few pages at once keep two cores busy
 SCREENSHOT_PAGE = "chapters/03_scaled_dot_product_attention"
+# Where the README's screenshots look: Eq. (1) and its table on a desktop, a figure of small multiples on a phone.
+SCREENSHOT_TARGETS = {"desktop": "#the-equation", "phone": "#what-a-large-score-does-to-the-softmax .cell_output img"}
 VERDICT = r"^\d\d\.\w+: .*?\(\d+/\d+ points?\)"  # a check's verdict, as tutorial_lib/checks/core.py prints it
 # A figure's 10 pt text is 12.5 px at the figures' 90 dpi; shown at less than 55% of its width it falls below 7 px.
 MINIMUM_FIGURE_SCALE = 0.55
@@ -302,7 +304,11 @@ async def _audit_page(browser, base: str, page_name: str, width_name: str, block
         report.check(not audit["shrunkFigures"], f"figures shrunk below {MINIMUM_FIGURE_SCALE:.0%} (their text unreadable): {audit['shrunkFigures']}")
         if screenshots is not None and page_name == SCREENSHOT_PAGE:
             screenshots.mkdir(parents=True, exist_ok=True)
+            await page.evaluate("(selector) => { document.querySelector(selector).scrollIntoView(); window.scrollBy(0, -64); }",
+                                SCREENSHOT_TARGETS[width_name])
+            await page.wait_for_timeout(300)
             await page.screenshot(path=str(screenshots / f"chapter-03-{width_name}.png"))
+            await page.evaluate("window.scrollTo(0, 0)")
         if width_name == "phone":
             await _phone_navigation(page, report, base)
     except Exception as error:  # noqa: BLE001 - a page that cannot be audited is a failure of that page
