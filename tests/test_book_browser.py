@@ -11,7 +11,8 @@ request to another origin is blocked and is a failure. On every page, at both wi
 - every image has loaded (``naturalWidth > 0``), every stored widget output is drawn with a visible size, and no
   figure is shrunk below 55% of its width (its text would be under 7 px: a phone needs panels stacked);
 - no element is wider than the viewport unless it sits in a scroll container (equations, code and wide tables
-  scroll; the page does not), and every check verdict is wrapped, not scrolled;
+  scroll; the page does not), nothing is cut off where no scrolling reaches it (a tagged equation centred in a box
+  narrower than itself), and every check verdict is wrapped, not scrolled;
 - at 390 px: the table of contents and the page's contents open from the buttons a reader sees, and a link in each
   works (the page's contents jump to the section; the table of contents opens another page).
 
@@ -176,6 +177,24 @@ AUDIT = r"""([verdictPattern, minimumScale]) => {
     if (!held) result.overflowing.push(`${describe(el)} reaches ${Math.round(box.right)} px`);
   }
   result.overflowing = result.overflowing.slice(0, 5);
+  // Clipped: content a reader can never see, left of its scroll container's start (no scroll reaches it) or past
+  // the edge of a container that hides its overflow (a display equation centred in a box narrower than itself).
+  result.clipped = [];
+  for (const el of article.querySelectorAll('*')) {
+    const box = el.getBoundingClientRect();
+    if (box.width === 0 || el.closest('mjx-assistive-mml')) continue;
+    const style = getComputedStyle(el);
+    if (style.visibility === 'hidden' || style.position === 'fixed') continue;
+    let clip = el.parentElement;
+    while (clip && clip !== document.body && !['auto', 'scroll', 'hidden', 'clip'].includes(getComputedStyle(clip).overflowX)) {
+      clip = clip.parentElement;
+    }
+    const edge = clip && clip !== document.body ? clip.getBoundingClientRect() : {left: 0, right: Infinity};
+    const hides = clip && clip !== document.body && ['hidden', 'clip'].includes(getComputedStyle(clip).overflowX);
+    if (box.left < edge.left - 1) result.clipped.push(`${describe(el)} starts ${Math.round(edge.left - box.left)} px left of what can be scrolled to`);
+    else if (hides && box.right > edge.right + 1) result.clipped.push(`${describe(el)} ends ${Math.round(box.right - edge.right)} px past a box that hides it`);
+  }
+  result.clipped = result.clipped.slice(0, 5);
   // Figures (cell outputs and widget pictures): shrunk to the column, their text must stay readable.
   result.shrunkFigures = Array.from(article.querySelectorAll('.cell_output img')).filter((image) =>
     image.naturalWidth >= 100 && image.getBoundingClientRect().width > 0 &&
@@ -300,6 +319,7 @@ async def _audit_page(browser, base: str, page_name: str, width_name: str, block
         scroll_width, width = audit["pageWidth"]
         report.check(scroll_width <= width, f"the page is {scroll_width} px wide in a {width} px viewport")
         report.check(not audit["overflowing"], f"wider than the viewport, outside a scroll container: {audit['overflowing']}")
+        report.check(not audit["clipped"], f"cut off where no scrolling reaches: {audit['clipped']}")
         report.check(not audit["scrolledVerdicts"], f"check verdicts scroll instead of wrapping: {audit['scrolledVerdicts']}")
         report.check(not audit["shrunkFigures"], f"figures shrunk below {MINIMUM_FIGURE_SCALE:.0%} (their text unreadable): {audit['shrunkFigures']}")
         if screenshots is not None and page_name == SCREENSHOT_PAGE:
