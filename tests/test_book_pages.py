@@ -87,7 +87,7 @@ def test_the_generator_links_chapters_present_and_names_chapters_to_come(tmp_pat
     assert "| Part one | [01 · The first](chapters/01_first.ipynb) | f |" in intro  # the notebook's title, the toc's part
     assert "| One | 02 · Second (*being written*) | g |" in intro and intro.endswith("\n\nAfter.\n")
     page = (tmp_path / "traceability.md").read_text()
-    assert "[01 · The first](chapters/01_first.ipynb), [build cell](#cell-01-toy.f)" in page
+    assert "## Eq. (1)\n\nf\n\n- [01 · The first](chapters/01_first.ipynb), [build cell](#cell-01-toy.f): `tutorial_lib.toy.f`" in page
     assert "02 · Second (*being written*)" in page
     assert book_pages.main(["--check", "--root", str(tmp_path)]) == 0
 

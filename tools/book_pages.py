@@ -2,9 +2,10 @@
 
 - ``intro.md``'s chapter map (between its two ``chapter map`` markers): every chapter of the plan, in order, linked
   with the notebook's own title when ``_toc.yml`` lists it, named and marked *being written* otherwise;
-- ``traceability.md``, "The paper in the book": each item of the paper the course covers, the chapter and build cell
-  that build it (linked; the cell's label comes from ``tools/book_extension.py``), the ``tutorial_lib`` symbol and the
-  test that checks it against a reference. A chapter not in ``_toc.yml`` yet is named as being written.
+- ``traceability.md``, "The paper in the book": a section per item of the paper the course covers, with the chapter
+  and build cell that build it (linked; the cell's label comes from ``tools/book_extension.py``), the
+  ``tutorial_lib`` symbol and the test that checks it against a reference. A chapter not in ``_toc.yml`` yet is
+  named as being written.
 
     python tools/book_pages.py --write   # after a chapter lands in _toc.yml, or after editing tools/book_plan.yml
     python tools/book_pages.py --check   # exit 1 when a page differs from what --write would give
@@ -149,13 +150,15 @@ def build_cell_label(chapter_file: Path, symbol: str, root: Path = ROOT) -> str 
 
 
 def traceability(root: Path = ROOT) -> str:
-    """The markdown of ``traceability.md``."""
+    """The markdown of ``traceability.md``: a section per item of the paper (so it reads on a phone, and the page's
+    contents list the items), a line per chapter that builds it."""
     plan = load_plan(root)
     titles = {chapter["number"]: chapter["title"] for chapter in plan["chapters"]}
     present = toc_chapters(root)
-    rows = []
+    sections = []
     for item in plan["paper"]:
-        for index, where in enumerate(item["where"]):
+        lines = [f"## {item['item']}", "", item["what"], ""]
+        for where in item["where"]:
             number = where["chapter"]
             if number in present:
                 path = root / f"{present[number].file}.ipynb"
@@ -165,11 +168,11 @@ def traceability(root: Path = ROOT) -> str:
                         f"{PLAN}: {item['item']}: {present[number].file} shows no build cell of {where['symbol']}: "
                         "name a symbol that chapter's build cells show"
                     )
-                chapter = f"[{_cell(notebook_title(path))}]({present[number].file}.ipynb), [build cell](#{label})"
+                chapter = f"[{notebook_title(path)}]({present[number].file}.ipynb), [build cell](#{label})"
             else:
-                chapter = f"{number} · {_cell(titles[number])} ({BEING_WRITTEN})"
-            paper = (f"**{item['item']}**", _cell(item["what"])) if index == 0 else ("", "")
-            rows.append(f"| {paper[0]} | {paper[1]} | {chapter} | `{where['symbol']}` | `{where['test']}` |")
+                chapter = f"{number} · {titles[number]} ({BEING_WRITTEN})"
+            lines.append(f"- {chapter}: `{where['symbol']}`, checked by `{where['test']}`")
+        sections.append("\n".join(lines))
     return "\n".join(
         [
             f"# {TRACEABILITY_TITLE}",
@@ -181,12 +184,10 @@ def traceability(root: Path = ROOT) -> str:
             "own modules, Hugging Face's, or the paper's formula). A chapter *being written* is not in the book yet.",
             "",
             "This page is written by `tools/book_pages.py` from `tools/book_plan.yml`, and `tests/test_book_pages.py`",
-            "keeps it true: every symbol and test exists, every build cell is where the row says, and every equation",
-            "number a chapter shows has its row.",
+            "keeps it true: every symbol and test exists, every build cell is where the line says, and every equation",
+            "number a chapter shows has its section.",
             "",
-            "| paper | what | chapter and cell | `tutorial_lib` | checked by |",
-            "|---|---|---|---|---|",
-            *rows,
+            "\n\n".join(sections),
             "",
         ]
     )
