@@ -18,7 +18,7 @@ from tutorial_lib.widgets.attention_costs import (
     attention_methods,
     fit_exponent,
     measure_attention_costs,
-    median_seconds,
+    best_seconds,
     peak_tensor_memory,
     plot_attention_costs,
     random_qkv,
@@ -68,14 +68,14 @@ def test_fit_exponent_recovers_a_power_law() -> None:
             fit_exponent(*bad)
 
 
-def test_median_seconds_calls_warmup_then_repeats() -> None:
+def test_best_seconds_calls_warmup_then_repeats() -> None:
     calls = []
-    assert median_seconds(lambda: calls.append(1), repeats=3, warmup=2) >= 0
+    assert best_seconds(lambda: calls.append(1), repeats=3, warmup=2) >= 0
     assert len(calls) == 5
     with pytest.raises(ValueError, match="repeats"):
-        median_seconds(lambda: None, repeats=0)
+        best_seconds(lambda: None, repeats=0)
     with pytest.raises(ValueError, match="warmup"):
-        median_seconds(lambda: None, warmup=-1)
+        best_seconds(lambda: None, warmup=-1)
 
 
 def test_the_five_methods_agree_where_they_should() -> None:

@@ -64,12 +64,13 @@ def banded_attention(
     window = min(window, seq)  # a window longer than the sequence is the full causal mask
     n_blocks = -(-seq // window)
     pad_end = n_blocks * window - seq
+    q = q / math.sqrt(q.shape[-1])  # scaled once, as tiled_attention does: one fewer matrix of scores
     q_blocks = F.pad(q, (0, 0, 0, pad_end)).unflatten(-2, (n_blocks, window))  # (*batch, n_blocks, window, d_head)
     k_blocks = F.pad(k, (0, 0, window, pad_end)).unflatten(-2, (n_blocks + 1, window))  # block -1 first
     v_blocks = F.pad(v, (0, 0, window, pad_end)).unflatten(-2, (n_blocks + 1, window))
     k_pairs = torch.cat([k_blocks[..., :-1, :, :], k_blocks[..., 1:, :, :]], dim=-2)  # blocks b-1 and b: 2·window keys
     v_pairs = torch.cat([v_blocks[..., :-1, :, :], v_blocks[..., 1:, :, :]], dim=-2)
-    scores = q_blocks @ k_pairs.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (*batch, n_blocks, window, 2·window)
+    scores = q_blocks @ k_pairs.transpose(-2, -1)  # (*batch, n_blocks, window, 2·window)
     # Query r of block b is position b·window + r; key c of its pair is position (b - 1)·window + c.
     blocks = torch.arange(n_blocks, device=q.device)[:, None, None]
     query = blocks * window + torch.arange(window, device=q.device)[None, :, None]

@@ -284,17 +284,16 @@ class _LargestTensor(TorchFunctionMode):
 
 
 def _banded_call(banded_attention, args):
-    """Run the answer while recording its tensors; on a long sequence, a tensor half the size of the score matrix (or
-    more) means the answer built it."""
+    """Run the answer while recording its tensors; on a long sequence, a tensor half the size of one seq × seq matrix
+    (scores, or a mask) or more means the answer built one."""
     q, k, v, window = args
     with _LargestTensor() as recorder:
         out = banded_attention(q, k, v, window)
     seq = q.shape[-2]
-    score_matrix = q[..., 0].numel() * seq
-    if seq >= 32 and recorder.largest >= score_matrix // 2:
-        raise WrongOutput("wrong_values", f"it created a tensor of {recorder.largest:,} elements on a sequence of {seq} "
-                                          f"positions: the seq × seq score matrix has {score_matrix:,} (batch and heads "
-                                          f"included), and the band only {q[..., 0].numel() * window:,} scores")
+    if seq >= 32 and recorder.largest >= seq * seq // 2:
+        raise WrongOutput("wrong_values", f"it created a tensor at least half as large as a {seq} × {seq} "
+                                          f"matrix of scores or mask ({seq * seq:,} elements), where "
+                                          f"the band of one head holds {seq * window:,} scores")
     return out
 
 
@@ -309,7 +308,7 @@ def _banded_cases(generator: torch.Generator) -> list[Case]:
         Case.of(**qkv(1, seq=7, d_head=4, d_value=4), window=1, note="each position sees only itself"),
         Case.of(**qkv(2, seq=9, d_head=4, d_value=3, dtype=torch.float64), window=20,
                 note="float64, a window longer than the sequence"),
-        Case.of(**qkv(2, 2, seq=64, d_head=4, d_value=4), window=4, note="64 positions: no room for 64 × 64 scores"),
+        Case.of(**qkv(2, seq=128, d_head=4, d_value=4), window=4, note="128 positions: no room for 128 × 128 scores"),
     ]
 
 
@@ -375,7 +374,7 @@ BANDED_ATTENTION = Exercise(
     axes={"out": "seq d_value"},
     checked=(
         "windows of 3, 4 and 1 keys, a window longer than the sequence (float64), a head axis with d_value ≠ d_head, "
-        "and 64 positions computed without a 64 × 64 score matrix"
+        "and 128 positions computed without a 128 × 128 matrix"
     ),
     hint=(
         "pad k and v with window - 1 zero rows in front, `F.pad(k, (0, 0, window - 1, 0))`; `.unfold(-2, window, 1)` "
@@ -477,9 +476,10 @@ LINEAR_ATTENTION = Exercise(
         Mistake("excluded_current_position", "left position i out of its own running sums",
                 "Position i sees keys 0 … i, itself included, as with the causal mask: add φ(k_i) v_iᵀ to the state "
                 "before reading it with q_i.", (_linear_like(include_self=False),)),
-        Mistake("feature_map_without_plus_one", "used φ(x) = elu(x) without the + 1",
-                "elu(x) is negative below 0, so similarities can be negative and the normaliser can cross 0; "
-                "elu(x) + 1 is positive everywhere.", (_linear_like(plus_one=False),)),
+        Mistake("scaled_queries", "divided the queries by √d_k, as in Eq. (1)",
+                "The 1/√d_k of Eq. (1) keeps softmax's exponentials from saturating; linear attention has no "
+                "exponential, and its kernel is φ(q)·φ(k) on the queries and keys as they are.",
+                (_linear_like(scale=True),)),
         Mistake("eps_left_out", "divided without adding eps",
                 "The denominator is φ(q_i)·z_i + eps: eps is part of the formula, and it keeps a query whose "
                 "features are all 0 (elu(x) + 1 underflows below x ≈ -17 in float32) from 0 / 0.",
@@ -487,7 +487,7 @@ LINEAR_ATTENTION = Exercise(
     ),
     mutants=(
         Mutant("phi_on_values", "applies the feature map to the values too", _linear_like(phi_values=True)),
-        Mutant("scaled_queries", "divides q by √d_k, as softmax attention does", _linear_like(scale=True)),
+        Mutant("elu_without_plus_one", "uses φ = elu, which is negative below 0, without the + 1", _linear_like(plus_one=False)),
     ),
 )
 

@@ -71,8 +71,9 @@ def peak_tensor_memory(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tup
     return result, recorder.peak
 
 
-def median_seconds(fn: Callable[[], Any], *, repeats: int = 3, warmup: int = 1) -> float:
-    """The median wall-clock time of ``repeats`` calls of ``fn()``, after ``warmup`` untimed ones."""
+def best_seconds(fn: Callable[[], Any], *, repeats: int = 3, warmup: int = 1) -> float:
+    """The shortest wall-clock time of ``repeats`` calls of ``fn()``, after ``warmup`` untimed ones. The minimum, not
+    the mean: on a shared machine a call can only be slowed down by others, never sped up."""
     _check_positive_int("repeats", repeats)
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"warmup must be a non-negative int, got {warmup!r}")
@@ -83,7 +84,7 @@ def median_seconds(fn: Callable[[], Any], *, repeats: int = 3, warmup: int = 1) 
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return min(times)
 
 
 def fit_exponent(lengths: Sequence[float], values: Sequence[float]) -> float:
@@ -119,7 +120,7 @@ def attention_methods(*, window: int = 256, block: int = 256) -> dict[str, Atten
 
 @dataclass(frozen=True)
 class Cost:
-    """One method at one length: the median time of a call and its peak tensor memory."""
+    """One method at one length: the best time of a call and its peak tensor memory."""
 
     seconds: float
     peak_bytes: int
@@ -142,7 +143,7 @@ def measure_attention_costs(
 ) -> dict[str, dict[int, Cost]]:
     """``{method: {length: Cost}}`` for causal self-attention of one sequence with ``n_heads`` heads of ``d_head``.
 
-    Each method runs once under :func:`peak_tensor_memory`, then is timed by :func:`median_seconds` (no gradient)."""
+    Each method runs once under :func:`peak_tensor_memory`, then is timed by :func:`best_seconds` (no gradient)."""
     if not methods or not lengths:
         raise ValueError("methods and lengths must not be empty")
     for length in lengths:
@@ -153,7 +154,7 @@ def measure_attention_costs(
             q, k, v = random_qkv(length, n_heads=n_heads, d_head=d_head, seed=seed)
             for name, method in methods.items():
                 _, peak = peak_tensor_memory(method, q, k, v)
-                seconds = median_seconds(lambda: method(q, k, v), repeats=repeats, warmup=0)
+                seconds = best_seconds(lambda: method(q, k, v), repeats=repeats)
                 costs[name][length] = Cost(seconds, peak)
     return costs
 
@@ -213,7 +214,8 @@ with torch.no_grad():
         result = {"completed": True, "error": "", "checksum": float(out.double().abs().sum())}
     except (RuntimeError, MemoryError) as error:
         result = {"completed": False, "error": f"{type(error).__name__}: {str(error).strip().splitlines()[0]}", "checksum": 0.0}
-result.update(seconds=time.perf_counter() - start, max_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+peak = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+result.update(seconds=time.perf_counter() - start, peak_resident_bytes=peak)
 print(json.dumps(result))
 """
 
@@ -228,7 +230,7 @@ class CappedRun:
     completed: bool
     error: str  # the exception's first line when it did not complete
     seconds: float
-    max_rss_bytes: int  # the process's peak resident memory, torch and Python included
+    peak_resident_bytes: int  # the process's peak resident memory (VmHWM), torch and Python included
     checksum: float  # Σ |out| in float64, to compare methods that completed
 
 
