@@ -16,6 +16,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))  # tools/ holds scripts, not a package
+import book_pages  # noqa: E402
 import notebook_header  # noqa: E402
 import sync_build_cells  # noqa: E402
 
@@ -33,14 +34,6 @@ def _ids(paths: list[Path]) -> list[str]:
 
 def _code_cells(path: Path) -> list[nbformat.NotebookNode]:
     return [cell for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "code"]
-
-
-def _toc_files(node: object) -> list[str]:
-    if isinstance(node, dict):
-        return ([node["file"]] if "file" in node else []) + [f for value in node.values() for f in _toc_files(value)]
-    if isinstance(node, list):
-        return [f for item in node for f in _toc_files(item)]
-    return []
 
 
 def test_the_book_has_its_chapters():
@@ -231,15 +224,14 @@ def test_every_displayed_widget_has_stored_state(path):
 
 # --- table of contents ----------------------------------------------------------------------------------------------
 
-TOC = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
 
 
 def test_every_toc_entry_exists():
-    entries = [TOC["root"], *_toc_files(TOC)]
+    entries = book_pages.toc_files()  # the root, then every file: the pages of the book
     missing = [entry for entry in entries if not any((ROOT / f"{entry}{suffix}").exists() for suffix in (".md", ".ipynb"))]
     assert missing == []
 
 
 def test_every_chapter_and_solution_is_in_the_toc():
-    listed = set(_toc_files(TOC))
+    listed = set(book_pages.toc_files())
     assert [name for name in _ids(CHAPTERS + SOLUTIONS) if name.removesuffix(".ipynb") not in listed] == []
