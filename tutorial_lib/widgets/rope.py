@@ -152,7 +152,7 @@ def plot_runs(
         if any(list(s) != steps for s, _ in curves):
             raise ValueError(f"the curves of {name!r} must share their steps")
         losses = torch.tensor([list(values) for _, values in curves])
-        line = ax.plot(steps, losses.mean(dim=0), "o-", markersize=3, label=f"{name} ({len(curves)} seeds)")
+        line = ax.plot(steps, losses.mean(dim=0), "o-", markersize=3, label=f"{name} ({len(curves)} seed{'s' if len(curves) > 1 else ''})")
         ax.fill_between(steps, losses.min(dim=0).values, losses.max(dim=0).values, alpha=0.25, color=line[0].get_color())
     ax.set_xlabel("update")
     ax.set_ylabel(ylabel)
