@@ -230,12 +230,12 @@ def _rms_norm(x, weight, eps):
     return x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * weight
 
 
-def _attention(q, k, v, *, causal=True, scale=None):
+def _attention(q, k, v, *, causal=True, scale=None, softmax_dim=-1):
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     scores = q @ k.transpose(-2, -1) * scale
     if causal:
         scores = scores.masked_fill(~causal_mask(q.shape[-2], device=q.device), float("-inf"))
-    return torch.softmax(scores, dim=-1) @ v
+    return torch.softmax(scores, dim=softmax_dim).nan_to_num(0.0) @ v  # over the queries, a causal column can be empty
 
 
 def reference_llama_block(x, weights, n_heads, cos, sin, eps=1e-6):
@@ -276,7 +276,7 @@ def _block_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
-def _block_like(*, norm="rms", rotate="qk", causal=True, scale="d_head", placement="pre", eps_inside=True):
+def _block_like(*, norm="rms", rotate="qk", causal=True, scale="d_head", placement="pre", eps_inside=True, softmax_dim=-1):
     """A learner's LLaMA block; each keyword reproduces one way of getting it wrong."""
 
     def rms(x, weight, eps):
@@ -298,7 +298,7 @@ def _block_like(*, norm="rms", rotate="qk", causal=True, scale="d_head", placeme
             if rotate == "qkv":
                 v = apply_rope(v, cos, sin)
             d = q.shape[-1] if scale == "d_head" else x.shape[-1]
-            z = _attention(q, k, v, causal=causal, scale=d**-0.5)
+            z = _attention(q, k, v, causal=causal, scale=d**-0.5, softmax_dim=softmax_dim)
             if rotate == "output":  # rotated after the scores were computed: the attention's output
                 z = apply_rope(z, cos, sin)
             return merge_heads(z) @ weights["wo"]
@@ -314,16 +314,6 @@ def _block_like(*, norm="rms", rotate="qk", causal=True, scale="d_head", placeme
 def _block_gate_up_swapped(x, weights, n_heads, cos, sin, eps=1e-6):
     swapped = {**weights, "w_gate": weights["w_up"], "w_up": weights["w_gate"]}
     return reference_llama_block(x, swapped, n_heads, cos, sin, eps)
-
-
-def _block_softmax_over_queries(x, weights, n_heads, cos, sin, eps=1e-6):
-    h = _rms_norm(x, weights["attn_norm"], eps)
-    q, k, v = (split_heads(h @ weights[name], n_heads) for name in ("wq", "wk", "wv"))
-    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~causal_mask(x.shape[-2]), float("-inf"))
-    x = x + merge_heads(torch.softmax(scores, dim=-2).nan_to_num(0.0) @ v) @ weights["wo"]
-    h = _rms_norm(x, weights["ffn_norm"], eps)
-    return x + (F.silu(h @ weights["w_gate"]) * (h @ weights["w_up"])) @ weights["w_down"]
 
 
 LLAMA_BLOCK = Exercise(
@@ -364,7 +354,7 @@ LLAMA_BLOCK = Exercise(
     mutants=(
         Mutant("gate_up_swapped", "puts SiLU on the up branch instead of the gate", _block_gate_up_swapped),
         Mutant("eps_outside_root", "adds ε to the root instead of inside it", _block_like(eps_inside=False)),
-        Mutant("softmax_over_queries", "normalizes the attention over the queries", _block_softmax_over_queries),
+        Mutant("softmax_over_queries", "normalizes the attention over the queries", _block_like(softmax_dim=-2)),
     ),
 )
 
