@@ -48,8 +48,9 @@ from tutorial_lib.training import TrainConfig, TrainHistory, evaluate, language_
 # about 19 ms an update, 11 s a run of 600 updates; validation loss 2.039, 2.036 and 2.052 for seeds 0, 1 and 2. At
 # 300 updates (or 64 characters of context and 600 updates, twice the time) the model without a causal mask had not
 # yet found that it can read the next character; at 600 updates of 32 characters it finds it after about 200.
-# Chapter 11's margins come from seeds 0 to 4 of its ten rows, final validation loss (2 threads, 2026-11-24; a run
-# repeated with the same seed differs in the third decimal, since two threads order their sums differently):
+# Chapter 11's margins come from seeds 0 to 4 of its ten rows, final validation loss (2 threads, 2026-11-24; repeating
+# a run on this machine gave the same numbers, while the baseline figures of the paragraph above, measured earlier,
+# differ from these in the third decimal):
 #   baseline        2.038 2.041 2.047 2.039 2.040     no_ffn           2.332 2.310 2.331 2.344 2.331
 #   no_scaling      2.030 2.033 2.032 2.026 2.026     one_head         2.058 2.057 2.067 2.056 2.051
 #   no_causal_mask  0.083 0.081 0.083 0.080 0.081     post_norm        3.346 3.346 3.346 3.349 3.347
