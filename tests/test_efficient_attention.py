@@ -29,28 +29,14 @@ from tutorial_lib.efficient_attention import (
 from tutorial_lib.kv_cache import LayerKVCache
 from tutorial_lib.models.gpt import GPT, GPTConfig
 from tutorial_lib.multi_head import MultiHeadAttention
+from tutorial_lib.widgets.attention_costs import LargestTensor
+from tutorial_lib.widgets.tiling import SKIPPED, tile_grid
 
 
 def _qkv(*batch: int, n_query: int, n_key: int, d_head: int = 8, d_value: int = 6, seed: int = 0, requires_grad: bool = False):
     g = torch.Generator().manual_seed(seed)
     shapes = [(*batch, n_query, d_head), (*batch, n_key, d_head), (*batch, n_key, d_value)]
     return [torch.randn(*shape, generator=g).requires_grad_(requires_grad) for shape in shapes]
-
-
-class _LargestTensor(TorchFunctionMode):
-    """Records the largest storage (in elements) behind any tensor a torch function returns. Views share their
-    base's storage, so a broadcast ``expand`` counts as the small tensor it really is."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.largest = 0
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for tensor in out if isinstance(out, (tuple, list)) else (out,):
-            if isinstance(tensor, torch.Tensor):
-                self.largest = max(self.largest, tensor.untyped_storage().nbytes() // tensor.element_size())
-        return out
 
 
 # ---------------------------------------------------------------------------------------------- sliding window
@@ -77,9 +63,9 @@ def test_sliding_window_matches_per_query_reference(window: int) -> None:
 def test_banded_attention_computes_only_the_band() -> None:
     q, k, v = _qkv(1, 2, n_query=250, n_key=250, d_head=4, d_value=4)  # 250 = 31 blocks of 8 and a partial one
     full_scores = 2 * 250 * 250
-    with _LargestTensor() as banded:
+    with LargestTensor() as banded:
         banded_attention(q, k, v, 8)
-    with _LargestTensor() as masked:
+    with LargestTensor() as masked:
         sliding_window_attention(q, k, v, 8)
     assert masked.largest >= full_scores  # the masked version builds every score (and the recorder sees it)
     assert banded.largest <= 2 * 256 * 2 * 8  # each block of 8 queries meets 2 · 8 keys: 2 · seq · 2 · window scores
@@ -269,9 +255,9 @@ def test_tiled_attention_never_materialises_the_score_matrix() -> None:
     q, k, v = _qkv(2, 2, n_query=96, n_key=128, d_head=8, d_value=8)
     full_scores = 2 * 2 * 96 * 128
     padding = padding_mask(torch.tensor([128, 70]), 128)[:, None]
-    with _LargestTensor() as naive:
+    with LargestTensor() as naive:
         scaled_dot_product_attention(q, k, v, padding)
-    with _LargestTensor() as tiled:
+    with LargestTensor() as tiled:
         tiled_attention(q, k, v, padding, causal=True, block_q=16, block_k=16)
     assert naive.largest >= full_scores  # the recorder sees the matrix when it exists
     # Nothing larger than the inputs and output (query_pos · d per head) is ever allocated.
@@ -349,3 +335,11 @@ def test_bad_input_raises(without_annotation_checks) -> None:
         sliding_window_attention(square_q, square_k, square_v, 0)
     with without_annotation_checks(), pytest.raises(ValueError, match="as many queries as keys"):
         banded_attention(q, k, v, 2)
+
+
+@pytest.mark.parametrize(("n_query", "n_key", "block_q", "block_k"), [(32, 32, 8, 8), (37, 53, 7, 5), (6, 29, 4, 8), (20, 20, 64, 3)])
+def test_the_tile_grid_widget_draws_the_walk_tiled_attention_takes(n_query, n_key, block_q, block_k) -> None:
+    q, k, v = torch.randn(n_query, 4), torch.randn(n_key, 4), torch.randn(n_key, 4)
+    with _CountMatmuls() as counter:
+        tiled_attention(q, k, v, causal=True, block_q=block_q, block_k=block_k)
+    assert counter.count == 2 * int((tile_grid(n_query, n_key, block_q, block_k, causal=True) != SKIPPED).sum())

@@ -18,10 +18,10 @@ from __future__ import annotations
 import math
 import torch
 import torch.nn.functional as F
-from torch.overrides import TorchFunctionMode
 
 from tutorial_lib import efficient_attention as reference
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register
+from tutorial_lib.widgets.attention_costs import LargestTensor
 
 # --- 13.online_softmax --------------------------------------------------------------------------------------------------
 
@@ -268,26 +268,11 @@ TILE_UPDATE = Exercise(
 # --- 13.banded_attention ------------------------------------------------------------------------------------------------
 
 
-class _LargestTensor(TorchFunctionMode):
-    """The largest storage (in elements) behind any tensor a torch function returns while it is active."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.largest = 0
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for tensor in out if isinstance(out, (tuple, list)) else (out,):
-            if isinstance(tensor, torch.Tensor):
-                self.largest = max(self.largest, tensor.untyped_storage().nbytes() // max(1, tensor.element_size()))
-        return out
-
-
 def _banded_call(banded_attention, args):
     """Run the answer while recording its tensors; on a long sequence, a tensor half the size of one seq × seq matrix
     (scores, or a mask) or more means the answer built one."""
     q, k, v, window = args
-    with _LargestTensor() as recorder:
+    with LargestTensor() as recorder:
         out = banded_attention(q, k, v, window)
     seq = q.shape[-2]
     if seq >= 32 and recorder.largest >= seq * seq // 2:

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from matplotlib.figure import Figure
 from torch import Tensor
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
@@ -60,6 +61,23 @@ class _LiveTensors(TorchDispatchMode):
                 self.current += storage.nbytes()
                 self.peak = max(self.peak, self.current)
                 weakref.finalize(storage, self._freed, key)
+        return out
+
+
+class LargestTensor(TorchFunctionMode):
+    """Records the largest storage (in elements) behind any tensor a torch function returns while it is active. Views
+    share their base's storage, so a broadcast ``expand`` counts as the small tensor it really is. (It answers "was a
+    tensor this large ever built?", where :func:`peak_tensor_memory` adds up what is alive at once.)"""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.largest = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for tensor in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(tensor, Tensor):
+                self.largest = max(self.largest, tensor.untyped_storage().nbytes() // max(1, tensor.element_size()))
         return out
 
 
@@ -143,20 +161,27 @@ def measure_attention_costs(
 ) -> dict[str, dict[int, Cost]]:
     """``{method: {length: Cost}}`` for causal self-attention of one sequence with ``n_heads`` heads of ``d_head``.
 
-    Each method runs once under :func:`peak_tensor_memory`, then is timed by :func:`best_seconds` (no gradient)."""
+    Each method runs once under :func:`peak_tensor_memory` (which also warms it up), then is timed ``repeats`` times
+    in rounds that visit every length and method in turn, keeping each one's best time (no gradient): a burst of other
+    work on the machine then slows one call of each, not every call of one length."""
     if not methods or not lengths:
         raise ValueError("methods and lengths must not be empty")
     for length in lengths:
         _check_positive_int("lengths", length)
-    costs: dict[str, dict[int, Cost]] = {name: {} for name in methods}
+    _check_positive_int("repeats", repeats)
+    inputs = {length: random_qkv(length, n_heads=n_heads, d_head=d_head, seed=seed) for length in lengths}
+    peaks: dict[str, dict[int, int]] = {name: {} for name in methods}
+    best: dict[str, dict[int, float]] = {name: {} for name in methods}
     with torch.no_grad():
-        for length in lengths:
-            q, k, v = random_qkv(length, n_heads=n_heads, d_head=d_head, seed=seed)
+        for length, (q, k, v) in inputs.items():
             for name, method in methods.items():
-                _, peak = peak_tensor_memory(method, q, k, v)
-                seconds = best_seconds(lambda: method(q, k, v), repeats=repeats)
-                costs[name][length] = Cost(seconds, peak)
-    return costs
+                peaks[name][length] = peak_tensor_memory(method, q, k, v)[1]
+        for _ in range(repeats):
+            for length, (q, k, v) in inputs.items():
+                for name, method in methods.items():
+                    seconds = best_seconds(lambda: method(q, k, v), repeats=1, warmup=0)
+                    best[name][length] = min(seconds, best[name].get(length, math.inf))
+    return {name: {length: Cost(best[name][length], peaks[name][length]) for length in lengths} for name in methods}
 
 
 _STYLES = {"naive": ("black", "o"), "F.sdpa": ("tab:blue", "s"), "tiled": ("tab:orange", "^"),
