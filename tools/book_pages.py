@@ -156,8 +156,13 @@ def traceability(root: Path = ROOT) -> str:
     titles = {chapter["number"]: chapter["title"] for chapter in plan["chapters"]}
     present = toc_chapters(root)
     sections = []
-    for item in plan["paper"]:
-        lines = [f"## {item['item']}", "", item["what"], ""]
+    sources = [None] + list(dict.fromkeys(item["source"] for item in plan["paper"] if item.get("source")))
+    items = [item for source in sources for item in plan["paper"] if item.get("source") == source]
+    for index, item in enumerate(items):
+        source = item.get("source")
+        if source and (index == 0 or items[index - 1].get("source") != source):
+            sections.append(f"## {source}\n\nEquations of a later paper that a chapter builds, numbered as in that paper.")
+        lines = [f"{'###' if source else '##'} {item['item']}", "", item["what"], ""]
         for where in item["where"]:
             number = where["chapter"]
             if number in present:
