@@ -470,3 +470,20 @@ def test_every_page_of_the_toc_is_audited():
     pages = toc_pages()
     assert pages[0] == "intro" and "chapters/03_scaled_dot_product_attention" in pages
     assert any(page.startswith("solutions/") for page in pages)
+
+
+@pytest.mark.browser
+def test_every_build_cell_link_of_the_paper_page_lands_on_its_cell():
+    """The traceability page's "build cell" links point at ids that tools/book_extension.py puts on build cells."""
+    page = (HTML / "traceability.html").read_text(encoding="utf-8")
+    links = re.findall(r'<a class="reference internal" href="([^"#]+)#([^"]+)"[^>]*>(?:<span[^>]*>)?build cell', page)
+    assert links, "the page shows no build-cell link"
+    missing = []
+    for target, anchor in links:
+        html = (HTML / target).read_text(encoding="utf-8")
+        at = html.find(f'id="{anchor}"')
+        # The id sits on the cell's container (or on an anchor at its start when the cell shows several symbols).
+        cell_start = html.rfind('<div class="cell docutils container"', 0, at + 1) if at >= 0 else -1
+        if at < 0 or "tutorial_lib/" not in html[cell_start : cell_start + 3000]:
+            missing.append(f"{target}#{anchor}")
+    assert missing == []
