@@ -1,0 +1,441 @@
+"""Chapter 14's exercises: BERT's masking, the MLM loss over the chosen positions, and next-sentence pairs.
+
+- ``14.mask_tokens`` is :func:`tutorial_lib.models.bert.mask_tokens`, with its three draws from the generator in a
+  prescribed order (which tokens are chosen, what each becomes, which random token), so that an answer can be
+  compared value for value.
+- ``14.mlm_loss`` is the cross-entropy averaged over the chosen positions only, given the original tokens and the
+  boolean ``chosen``; a case has a sequence with no chosen position, one has float32 logits large enough to
+  underflow a softmax.
+- ``14.nsp_pairs`` is :func:`tutorial_lib.data.dialogue.nsp_pairs`: one pair per line that has a next line, half of
+  them with a random line that is neither A nor its next line.
+
+As in ``ch03``, the mistakes are written the way a learner would write them and carry no annotations.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
+from tutorial_lib.data.dialogue import nsp_pairs
+from tutorial_lib.models.bert import IGNORE_INDEX, mask_tokens
+
+# --- 14.mask_tokens -----------------------------------------------------------------------------------------------------
+
+SPECIAL = [0, 1, 2, 3, 4]  # [PAD] [UNK] [CLS] [SEP] [MASK], as the chapter's tokenizer numbers them
+
+
+def _pairs_of_tokens(generator: torch.Generator, batch: int, seq: int, d_vocab: int, n_pad: int) -> torch.Tensor:
+    """``[CLS] A [SEP] B [SEP] [PAD]...`` rows of ordinary ids (5 and up)."""
+    tokens = torch.randint(5, d_vocab, (batch, seq), generator=generator)
+    tokens[:, 0] = 2
+    tokens[:, seq // 2] = 3
+    tokens[:, seq - n_pad - 1] = 3
+    if n_pad:
+        tokens[:, seq - n_pad :] = 0
+    return tokens
+
+
+def _mask_cases(generator: torch.Generator) -> list[Case]:
+    odd_special = torch.randint(1, 11, (3, 10), generator=generator)
+    odd_special[:, 0], odd_special[:, 5], odd_special[2, 8:] = 5, 5, 0
+    return [
+        Case.of(tokens=_pairs_of_tokens(generator, 2, 12, 20, 2), mask_id=4, d_vocab=20, special_ids=list(SPECIAL),
+                generator=torch.Generator().manual_seed(0), p=0.15, note="a batch of two pairs with padding"),
+        Case.of(tokens=_pairs_of_tokens(generator, 4, 24, 50, 3), mask_id=4, d_vocab=50, special_ids=list(SPECIAL),
+                generator=torch.Generator().manual_seed(1), p=0.15),
+        Case.of(tokens=_pairs_of_tokens(generator, 3, 16, 30, 0), mask_id=4, d_vocab=30, special_ids=list(SPECIAL),
+                generator=torch.Generator().manual_seed(2), p=0.5, note="p = 0.5: many tokens chosen"),
+        Case.of(tokens=odd_special, mask_id=11, d_vocab=12, special_ids=[0, 5, 11],
+                generator=torch.Generator().manual_seed(3), p=0.6,
+                note="special ids 0, 5 and 11, not the first ones; [MASK] is 11"),
+        Case.of(tokens=torch.randint(5, 40, (20,), generator=generator), mask_id=4, d_vocab=40,
+                special_ids=list(SPECIAL), generator=torch.Generator().manual_seed(4), p=0.3,
+                note="one sequence, no batch axis"),
+    ]
+
+
+def _ordinary(d_vocab, special_ids):
+    keep = torch.ones(d_vocab, dtype=torch.bool)
+    keep[list(special_ids)] = False
+    return keep, keep.nonzero().squeeze(1)
+
+
+def _masking_like(*, exclude_special=True, on="chosen", mask_share=0.8, order="random_then_kept", draw_from="ordinary",
+                  labels="chosen"):
+    """A learner's mask_tokens; each keyword reproduces one way of getting it wrong."""
+
+    def mask_tokens(tokens, mask_id, d_vocab, special_ids, generator, p=0.15):
+        keep, ordinary_ids = _ordinary(d_vocab, special_ids)
+        chosen = torch.rand(tokens.shape, generator=generator) < p
+        if exclude_special:
+            chosen = chosen & keep[tokens]
+        action = torch.rand(tokens.shape, generator=generator)
+        if draw_from == "ordinary":
+            random_ids = ordinary_ids[torch.randint(len(ordinary_ids), tokens.shape, generator=generator)]
+        else:  # the whole vocabulary, special ids included
+            random_ids = torch.randint(d_vocab, tokens.shape, generator=generator)
+        where = chosen if on == "chosen" else keep[tokens] if on == "ordinary" else torch.ones_like(chosen)
+        to_mask = where & (action < mask_share)
+        if order == "random_then_kept":
+            to_random = where & (action >= 0.8) & (action < 0.9)
+        else:  # kept from 0.8 to 0.9, random from 0.9
+            to_random = where & (action >= 0.9)
+        inputs = tokens.clone()
+        inputs[to_mask] = mask_id
+        inputs[to_random] = random_ids[to_random]
+        if labels == "chosen":
+            out = torch.where(chosen, tokens, IGNORE_INDEX)
+        elif labels == "everywhere":
+            out = tokens.clone()
+        elif labels == "ordinary":
+            out = torch.where(keep[tokens], tokens, IGNORE_INDEX)
+        else:  # only where [MASK] was put
+            out = torch.where(to_mask, tokens, IGNORE_INDEX)
+        return inputs, out
+
+    return mask_tokens
+
+
+def _specials_assumed_first(tokens, mask_id, d_vocab, special_ids, generator, p=0.15):
+    chosen = (torch.rand(tokens.shape, generator=generator) < p) & (tokens >= len(special_ids))
+    action = torch.rand(tokens.shape, generator=generator)
+    random_ids = torch.randint(len(special_ids), d_vocab, tokens.shape, generator=generator)
+    inputs = torch.where(chosen & (action < 0.8), mask_id, tokens)
+    inputs = torch.where(chosen & (action >= 0.8) & (action < 0.9), random_ids, inputs)
+    return inputs, torch.where(chosen, tokens, IGNORE_INDEX)
+
+
+def _chosen_above_p(tokens, mask_id, d_vocab, special_ids, generator, p=0.15):
+    keep, ordinary_ids = _ordinary(d_vocab, special_ids)
+    chosen = (torch.rand(tokens.shape, generator=generator) > p) & keep[tokens]
+    action = torch.rand(tokens.shape, generator=generator)
+    random_ids = ordinary_ids[torch.randint(len(ordinary_ids), tokens.shape, generator=generator)]
+    inputs = torch.where(chosen & (action < 0.8), mask_id, tokens)
+    inputs = torch.where(chosen & (action >= 0.8) & (action < 0.9), random_ids, inputs)
+    return inputs, torch.where(chosen, tokens, IGNORE_INDEX)
+
+
+def _masks_in_place(tokens, mask_id, d_vocab, special_ids, generator, p=0.15):
+    inputs, labels = mask_tokens(tokens, mask_id, d_vocab, special_ids, generator, p)
+    tokens.copy_(inputs)
+    return tokens, labels
+
+
+MASK_TOKENS = Exercise(
+    id="14.mask_tokens",
+    reference=lambda tokens, mask_id, d_vocab, special_ids, generator, p=0.15: mask_tokens(
+        tokens, mask_id, d_vocab, special_ids, generator, p),
+    cases=_mask_cases,
+    points=2,
+    outputs=("inputs", "labels"),
+    checked=(
+        "pairs with [CLS], [SEP] and padding at p = 0.15 and 0.5, special ids that are not the first ids, and one "
+        "sequence without a batch axis: the same three draws from the generator, the same inputs and labels"
+    ),
+    hint=(
+        "three draws of `tokens.shape`, in this order: `chosen = torch.rand(...) < p` (and not special), `action = "
+        "torch.rand(...)`, `ordinary_ids[torch.randint(len(ordinary_ids), ...)]`; then a chosen token becomes "
+        "mask_id where action < 0.8, the random id where 0.8 <= action < 0.9, stays where action >= 0.9; labels are "
+        "the token where chosen, -100 elsewhere."
+    ),
+    mistakes=(
+        Mistake("special_tokens_chosen", "let special tokens be chosen",
+                "[CLS], [SEP] and [PAD] carry no word to predict, and [MASK] must not be masked again: chosen tokens "
+                "are drawn among the ordinary ones only (`chosen &= ~is_special`).",
+                (_masking_like(exclude_special=False),)),
+        Mistake("random_from_whole_vocabulary", "drew the random replacements from the whole vocabulary, special "
+                "tokens included",
+                "A random replacement must look like text: draw an index into the ordinary ids, "
+                "`ordinary_ids[torch.randint(len(ordinary_ids), tokens.shape, generator=generator)]`, never [CLS], "
+                "[SEP], [PAD] or [MASK].", (_masking_like(draw_from="vocabulary"),)),
+        Mistake("rule_applied_to_every_token", "applied the 80/10/10 rule to every token instead of the chosen 15%",
+                "First choose 15% of the ordinary tokens; only those are replaced (80% by [MASK], 10% by a random "
+                "token, 10% kept). The other 85% of the input is left as it is.",
+                (_masking_like(on="ordinary"), _masking_like(on="everything"))),
+        Mistake("labels_on_unchosen_positions", "kept labels on positions that were not chosen",
+                "The model is scored only where a token was chosen: labels hold the original token there and -100 "
+                "(ignored by the loss) everywhere else, or the loss rewards copying the 85% of words it can see.",
+                (_masking_like(labels="everywhere"), _masking_like(labels="ordinary"))),
+        Mistake("labels_only_at_mask", "put labels only where the input shows [MASK]",
+                "The chosen tokens replaced by a random token or kept must be predicted too: that is what teaches the "
+                "model to represent every word it sees, not only the [MASK]s.", (_masking_like(labels="masked"),)),
+        Mistake("always_mask", "replaced every chosen token by [MASK]",
+                "BERT's rule is 80/10/10: where 0.8 <= action < 0.9 the token becomes a random ordinary token, and "
+                "from 0.9 it stays itself; with [MASK] only, the model never learns what to do with a real word.",
+                (_masking_like(mask_share=1.0),)),
+        Mistake("random_and_kept_swapped", "swapped the random and the kept ranges of `action`",
+                "The rule reads the draw in this order: below 0.8 [MASK], from 0.8 to 0.9 a random token, from 0.9 "
+                "the token kept.", (_masking_like(order="kept_then_random"),)),
+    ),
+    mutants=(
+        Mutant("specials_assumed_first", "assumes the special ids are 0 … len(special_ids) − 1", _specials_assumed_first),
+        Mutant("chosen_above_p", "chooses the tokens where rand > p, 85% of them", _chosen_above_p),
+        Mutant("masks_in_place", "writes the masks into the caller's tokens", _masks_in_place),
+    ),
+)
+
+
+# --- 14.mlm_loss ----------------------------------------------------------------------------------------------------------
+
+
+def reference_mlm_loss(logits, targets, chosen):
+    """The mean cross-entropy of the original tokens at the chosen positions (what `ignore_index` does)."""
+    return F.cross_entropy(logits[chosen], targets[chosen])
+
+
+def _loss_cases(generator: torch.Generator) -> list[Case]:
+    def case(batch, seq, d_vocab, share, *, scale=2.0, dtype=torch.float32, empty_row=False, note=""):
+        logits = scale * torch.randn(batch, seq, d_vocab, generator=generator, dtype=dtype)
+        targets = torch.randint(d_vocab, (batch, seq), generator=generator)
+        chosen = torch.rand(batch, seq, generator=generator) < share
+        chosen[0, 0] = True
+        if empty_row:
+            chosen[-1] = False
+        return Case.of(logits=logits, targets=targets, chosen=chosen, note=note)
+
+    return [
+        case(2, 8, 11, 0.3),
+        case(3, 10, 25, 0.25, empty_row=True, note="a sequence with no chosen position"),
+        case(2, 6, 7, 0.5, scale=80.0, note="large logits"),
+        case(4, 5, 9, 0.4, dtype=torch.float64, note="float64"),
+    ]
+
+
+def _per_position(logits, targets):
+    return F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (batch, seq)
+
+
+def _every_position(logits, targets, chosen):
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+def _every_position_transposed(logits, targets, chosen):
+    return F.cross_entropy(logits.transpose(1, 2), targets)
+
+
+def _times_mask_mean(logits, targets, chosen):
+    return (_per_position(logits, targets) * chosen).mean()
+
+
+def _times_mask_over_numel(logits, targets, chosen):
+    losses = _per_position(logits, targets)
+    return (losses * chosen.float()).sum() / losses.numel()
+
+
+def _summed(logits, targets, chosen):
+    return (_per_position(logits, targets) * chosen).sum()
+
+
+def _summed_selected(logits, targets, chosen):
+    return F.cross_entropy(logits[chosen], targets[chosen], reduction="sum")
+
+
+def _unchosen(logits, targets, chosen):
+    return F.cross_entropy(logits[~chosen], targets[~chosen])
+
+
+def _per_sequence(logits, targets, chosen):
+    losses = _per_position(logits, targets) * chosen
+    return (losses.sum(dim=1) / chosen.sum(dim=1)).mean()
+
+
+def _log_of_softmax(logits, targets, chosen):
+    probs = torch.softmax(logits[chosen], dim=-1)
+    return -torch.log(probs.gather(-1, targets[chosen][:, None])).mean()
+
+
+def _softmax_over_positions(logits, targets, chosen):
+    log_probs = torch.log_softmax(logits, dim=1)
+    return -log_probs.gather(-1, targets[..., None]).squeeze(-1)[chosen].mean()
+
+
+def _label_smoothing(logits, targets, chosen):
+    return F.cross_entropy(logits[chosen], targets[chosen], label_smoothing=0.1)
+
+
+def _probabilities(logits, targets, chosen):
+    return -torch.softmax(logits[chosen], dim=-1).gather(-1, targets[chosen][:, None]).mean()
+
+
+def _max_over_positions(logits, targets, chosen):
+    return F.cross_entropy(logits[chosen], targets[chosen], reduction="none").max()
+
+
+MLM_LOSS = Exercise(
+    id="14.mlm_loss",
+    reference=reference_mlm_loss,
+    cases=_loss_cases,
+    points=1,
+    outputs=("the loss",),
+    checked=(
+        "batches of 2 to 4 sequences with a quarter to a half of the positions chosen, a sequence with none, "
+        "logits large enough to underflow a softmax, and float64"
+    ),
+    hint=(
+        "keep the chosen positions, `logits[chosen]` (n_chosen, d_vocab) and `targets[chosen]`, and average their "
+        "cross-entropy: `F.cross_entropy(logits[chosen], targets[chosen])`, or `-torch.log_softmax(...)` gathered "
+        "at the targets, then `.mean()`."
+    ),
+    mistakes=(
+        Mistake("every_position", "averaged the loss over every position",
+                "Only the chosen positions are predictions: the 85% of words the model can see would teach it to copy "
+                "its input. Keep `logits[chosen]` and `targets[chosen]`.",
+                (_every_position, _every_position_transposed)),
+        Mistake("unchosen_counted_as_zero", "zeroed the unchosen positions and averaged over all of them",
+                "Multiplying by the mask is right, but then divide by the number of chosen positions "
+                "(`chosen.sum()`), not by every position: `(losses * chosen).mean()` shrinks the loss by the share "
+                "chosen.", (_times_mask_mean, _times_mask_over_numel)),
+        Mistake("summed", "summed the chosen positions' losses instead of averaging them",
+                "Average over the chosen positions (`.mean()`, or divide by `chosen.sum()`): a sum grows with the "
+                "batch and the learning rate would have to follow it.", (_summed, _summed_selected)),
+        Mistake("unchosen_positions", "took the positions that were not chosen",
+                "`chosen` is True where a token was chosen for prediction: keep `logits[chosen]`, not `~chosen`.",
+                (_unchosen,)),
+        Mistake("mean_per_sequence", "averaged within each sequence, then over the sequences",
+                "Every chosen position weighs the same, whichever sequence it is in: one mean over all of them. Per "
+                "sequence, a sequence with no chosen position divides 0 by 0.", (_per_sequence,)),
+        Mistake("log_of_softmax", "took the log of the softmax in two steps",
+                "softmax rounds tiny probabilities to 0 and log(0) = -inf: use `torch.log_softmax` (or "
+                "`F.cross_entropy`), which subtracts the log-sum-exp without leaving log space.", (_log_of_softmax,)),
+        Mistake("softmax_over_positions", "took the softmax over the positions instead of the vocabulary",
+                "Each position's logits are a distribution over the d_vocab tokens: softmax over the last axis "
+                "(`dim=-1`).", (_softmax_over_positions,)),
+    ),
+    mutants=(
+        Mutant("label_smoothing", "adds label smoothing 0.1", _label_smoothing),
+        Mutant("probabilities", "averages minus the probabilities instead of their logs", _probabilities),
+        Mutant("max_over_positions", "takes the largest loss instead of the mean", _max_over_positions),
+    ),
+)
+
+
+# --- 14.nsp_pairs -------------------------------------------------------------------------------------------------------
+
+_LINES = [
+    "Before we proceed any further, hear me speak.",
+    "Speak, speak.",
+    "You are all resolved rather to die than to famish?",
+    "Resolved. resolved.",
+    "First, you know Caius Marcius is chief enemy to the people.",
+    "We know't, we know't.",
+    "Let us kill him, and we'll have corn at our own price.",
+    "Is't a verdict?",
+    "No more talking on't; let it be done: away, away!",
+    "One word, good citizens.",
+    "We are accounted poor citizens, the patricians good.",
+]
+
+
+def _pair_cases(generator: torch.Generator) -> list[Case]:
+    return [
+        Case.of(lines=_LINES[:6], generator=torch.Generator().manual_seed(0)),
+        Case.of(lines=list(_LINES), generator=torch.Generator().manual_seed(1)),
+        Case.of(lines=_LINES[4:7], generator=torch.Generator().manual_seed(2), note="three lines, the fewest allowed"),
+        Case.of(lines=_LINES[2:10], generator=torch.Generator().manual_seed(5)),
+    ]
+
+
+def _pairs_like(*, random_when="above", draw="skip", labels=(0, 1), order="a_first", last="stop"):
+    """A learner's nsp_pairs; each keyword reproduces one way of getting it wrong."""
+
+    def nsp_pairs(lines, generator):
+        n = len(lines)
+        count = n if last == "wrap" else n - 1
+        coins = torch.rand(count, generator=generator)
+        high = n if draw == "any" else n - 2
+        others = torch.randint(high, (count,), generator=generator)
+        pairs = []
+        for i in range(count):
+            random_next = coins[i] >= 0.5 if random_when == "above" else coins[i] < 0.5
+            if random_next:
+                j = int(others[i])
+                if draw == "skip" and j >= i:
+                    j += 2
+                pair = (lines[i], lines[j], labels[1]) if order == "a_first" else (lines[j], lines[i], labels[1])
+            else:
+                pair = (lines[i], lines[(i + 1) % n], labels[0])
+            pairs.append(pair)
+        return pairs
+
+    return nsp_pairs
+
+
+def _skips_only_a(lines, generator):
+    n = len(lines)
+    coins = torch.rand(n - 1, generator=generator)
+    others = torch.randint(n - 1, (n - 1,), generator=generator)
+    pairs = []
+    for i in range(n - 1):
+        if coins[i] >= 0.5:
+            j = int(others[i])
+            pairs.append((lines[i], lines[j + 1 if j >= i else j], 1))
+        else:
+            pairs.append((lines[i], lines[i + 1], 0))
+    return pairs
+
+
+def _draws_pair_by_pair(lines, generator):
+    n = len(lines)
+    pairs = []
+    for i in range(n - 1):
+        coin = torch.rand((), generator=generator)
+        j = int(torch.randint(n - 2, (), generator=generator))
+        pairs.append((lines[i], lines[j + 2 if j >= i else j], 1) if coin >= 0.5 else (lines[i], lines[i + 1], 0))
+    return pairs
+
+
+def _one_coin(lines, generator):
+    n = len(lines)
+    coin = torch.rand((), generator=generator)
+    others = torch.randint(n - 2, (n - 1,), generator=generator)
+    return [(lines[i], lines[int(j) + 2 if j >= i else int(j)], 1) if coin >= 0.5 else (lines[i], lines[i + 1], 0)
+            for i, j in enumerate(others.tolist())]
+
+
+NSP_PAIRS = Exercise(
+    id="14.nsp_pairs",
+    reference=nsp_pairs,
+    cases=_pair_cases,
+    points=1,
+    outputs=("the pairs",),
+    checked="lists of 3 to 11 lines: one pair per line that has a next line, the same coins and random lines",
+    hint=(
+        "n = len(lines); draw `coins = torch.rand(n - 1, generator=generator)`, then `others = torch.randint(n - 2, "
+        "(n - 1,), generator=generator)`; for i in range(n - 1): coin below 0.5 → (lines[i], lines[i + 1], 0); "
+        "otherwise j = others[i], plus 2 when j >= i, and (lines[i], lines[j], 1)."
+    ),
+    mistakes=(
+        Mistake("labels_swapped", "labelled the true next line 1 and the random line 0",
+                "Hugging Face's BertForPreTraining (and the package) use 0 = IsNext (B follows A), 1 = NotNext.",
+                (_pairs_like(labels=(1, 0)),)),
+        Mistake("random_index_not_moved", "used the random index as it was drawn, without moving it past A and its "
+                "next line",
+                "`torch.randint(n - 2, ...)` draws among n − 2 lines: the lines other than A and its next line. Map "
+                "the draw onto them: `j + 2` when `j >= i`, so that a 'random' B is never A itself or the true next "
+                "line (which would be labelled NotNext while it follows A).", (_pairs_like(draw="raw"),)),
+        Mistake("random_from_every_line", "drew the random line among all n lines",
+                "A random line drawn among all the lines can be A itself or the line that follows it, and that pair "
+                "would be labelled NotNext: draw among the n − 2 others (`torch.randint(n - 2, ...)`, then `+ 2` "
+                "when `j >= i`).", (_pairs_like(draw="any"),)),
+        Mistake("pair_for_the_last_line", "made a pair for the last line too, wrapping round to the first line",
+                "The last line has no next line: there are n − 1 pairs, for i in range(n − 1), and n − 1 coins.",
+                (_pairs_like(last="wrap"),)),
+        Mistake("coin_reversed", "took the random line when the coin is below 0.5",
+                "The coin reads the other way: below 0.5 B is the line that follows, from 0.5 on B is random.",
+                (_pairs_like(random_when="below"),)),
+        Mistake("random_line_first", "put the random line before A",
+                "A stays segment A in every pair: (lines[i], lines[j], 1); only B changes.",
+                (_pairs_like(order="random_first"),)),
+    ),
+    mutants=(
+        Mutant("skips_only_a", "draws among n − 1 lines and moves past A only, so B may be the true next line",
+               _skips_only_a),
+        Mutant("draws_pair_by_pair", "draws a coin and an index for each pair in turn, not all the coins first",
+               _draws_pair_by_pair),
+        Mutant("one_coin", "tosses one coin for the whole list", _one_coin),
+    ),
+)
+
+register(MASK_TOKENS, MLM_LOSS, NSP_PAIRS)
