@@ -343,3 +343,19 @@ def test_the_tile_grid_widget_draws_the_walk_tiled_attention_takes(n_query, n_ke
     with _CountMatmuls() as counter:
         tiled_attention(q, k, v, causal=True, block_q=block_q, block_k=block_k)
     assert counter.count == 2 * int((tile_grid(n_query, n_key, block_q, block_k, causal=True) != SKIPPED).sum())
+
+
+def test_table_1_complexities_counted() -> None:
+    """PyTorch's FLOP counter on one head: self-attention 4·n²·d, the band 8·n·w·d, linear attention 4·n·d·d_value."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    def flops(fn, *args, **kwargs) -> int:
+        with FlopCounterMode(display=False) as counter:
+            fn(*args, **kwargs)
+        return counter.get_total_flops()
+
+    for n in (64, 128):
+        q, k, v = _qkv(1, n_query=n, n_key=n, d_head=16, d_value=16)
+        assert flops(scaled_dot_product_attention, q, k, v, causal_mask(n)) == 4 * n * n * 16
+        assert flops(banded_attention, q, k, v, 16) == 8 * n * 16 * 16
+        assert flops(linear_attention, q, k, v) == 4 * n * 16 * 16
