@@ -446,17 +446,25 @@ def fine_tune(model: BERTForSequenceClassification, train_set: ClassificationBat
 
 @torch.no_grad()
 def class_probabilities(model: nn.Module, batch: ClassificationBatch, *, chunk: int = 512) -> Float[Tensor, "batch n_classes"]:
+    """The model's class probabilities for every pair of ``batch`` (in eval mode, on the model's device; returned on
+    the CPU), ``chunk`` pairs at a time."""
+    device = next(model.parameters()).device
     was_training = model.training
     model.eval()
+    out = []
     try:
-        out = [torch.softmax(model(b.tokens, b.segments, mask=padding_mask(b.lengths, b.tokens.shape[1])), dim=-1)
-               for b in (batch[i : i + chunk] for i in range(0, len(batch.labels), chunk))]
+        for start in range(0, len(batch.labels), chunk):
+            b = to_device(batch[start : start + chunk], device)
+            seq = int(b.lengths.max())
+            logits = model(b.tokens[:, :seq], b.segments[:, :seq], mask=padding_mask(b.lengths, seq))
+            out.append(torch.softmax(logits, dim=-1).cpu())
     finally:
         model.train(was_training)
     return torch.cat(out)
 
 
 def accuracy(model: nn.Module, batch: ClassificationBatch) -> float:
+    """The share of ``batch``'s pairs whose most probable class is their label."""
     return (class_probabilities(model, batch).argmax(-1) == batch.labels).float().mean().item()
 
 
@@ -540,3 +548,76 @@ def fill_mask(model: BERTForPreTraining, tokenizer: WordTokenizer, a: str, b: st
     top = probabilities.topk(k, dim=-1)
     return [[(tokenizer.vocab[i], p) for p, i in zip(values.tolist(), ids.tolist())]
             for values, ids in zip(top.values, top.indices)]
+
+
+# --- a pre-trained BERT from the hub (optional: it needs the internet) ---------------------------------------------
+
+
+def bert_config_from_hf(config) -> BERTConfig:
+    """Our :class:`BERTConfig` for a Hugging Face ``BertConfig`` (exact GELU only, as the package's BERT)."""
+    if config.hidden_act != "gelu":
+        raise ValueError(f"config.hidden_act must be 'gelu' (the exact GELU), got {config.hidden_act!r}")
+    return BERTConfig(d_vocab=config.vocab_size, n_ctx=config.max_position_embeddings, d_model=config.hidden_size,
+                      n_heads=config.num_attention_heads, n_layers=config.num_hidden_layers,
+                      d_ff=config.intermediate_size, n_segments=config.type_vocab_size,
+                      dropout=config.hidden_dropout_prob, eps=config.layer_norm_eps)
+
+
+def sst2_sentences(n_train: int, n_test: int, *, seed: int = 0) -> tuple[list[str], list[int], list[str], list[int]]:
+    """GLUE's SST-2 (sentiment of film-review sentences; the ``datasets`` package downloads it): ``n_train`` training
+    sentences drawn at random by ``seed``, the first ``n_test`` of the validation split, and their labels."""
+    import datasets  # noqa: PLC0415 - optional: only this function needs it
+
+    sst2 = datasets.load_dataset("nyu-mll/glue", "sst2")
+    train_split = sst2["train"].shuffle(seed=seed).select(range(n_train))
+    test_split = sst2["validation"].select(range(n_test))
+    return list(train_split["sentence"]), list(train_split["label"]), list(test_split["sentence"]), list(test_split["label"])
+
+
+def fine_tune_hub_bert(
+    name: str,
+    train_texts: Sequence[str],
+    train_labels: Sequence[int],
+    test_texts: Sequence[str],
+    test_labels: Sequence[int],
+    *,
+    epochs: int = 2,
+    batch_size: int = 32,
+    lr: float = 2e-4,
+    max_length: int = 64,
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+) -> dict:
+    """Load a pre-trained BERT (``name``: a hub name or a folder saved by ``save_pretrained``, with its tokenizer)
+    into :class:`BERTForPreTraining` by the strict key map, measure the largest difference from Hugging Face's logits
+    on the first test sentences, then fine-tune it for ``epochs`` passes over the training sentences with
+    :func:`fine_tune` and measure the test accuracy. Returns ``parity``, ``n_train``, ``updates``, ``accuracy``."""
+    import transformers  # noqa: PLC0415 - a test dependency of the package, not a requirement
+
+    hf = transformers.BertForPreTraining.from_pretrained(name).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(name)
+    cfg = bert_config_from_hf(hf.config)
+    ours = BERTForPreTraining.from_hf_state_dict(hf.state_dict(), cfg).eval()
+
+    def encode(texts: Sequence[str], labels: Sequence[int]) -> ClassificationBatch:
+        enc = tokenizer(list(texts), padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+        return ClassificationBatch(enc["input_ids"], enc["token_type_ids"], enc["attention_mask"].sum(-1),
+                                   torch.tensor(list(labels)))
+
+    train_set, test_set = encode(train_texts, train_labels), encode(test_texts, test_labels)
+    probe = test_set[:8]
+    mask = padding_mask(probe.lengths, probe.tokens.shape[1])
+    with torch.no_grad():
+        expected = hf(probe.tokens, attention_mask=mask[:, 0].long(), token_type_ids=probe.segments)
+        mlm_logits, nsp_logits = ours(probe.tokens, probe.segments, mask=mask)
+    real = mask[:, 0, :, None]
+    parity = max(((mlm_logits - expected.prediction_logits) * real).abs().max().item(),
+                 (nsp_logits - expected.seq_relationship_logits).abs().max().item())
+    updates = max(1, epochs * len(train_set.labels) // batch_size)
+    train_cfg = TrainConfig(max_steps=updates, lr=lr, min_lr=lr / 10, warmup_steps=max(1, updates // 10),
+                            weight_decay=0.01, betas=(0.9, 0.999), grad_clip=1.0, eval_interval=10**9, log_interval=10)
+    torch.manual_seed(seed)
+    model = BERTForSequenceClassification.from_pretraining(ours, 2)
+    fine_tune(model, train_set, train_cfg=train_cfg, batch_size=batch_size, seed=seed, device=device)
+    return {"parity": parity, "n_train": len(train_set.labels), "updates": updates,
+            "accuracy": accuracy(model, test_set)}

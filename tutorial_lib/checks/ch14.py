@@ -79,7 +79,7 @@ def _masking_like(*, exclude_special=True, on="chosen", mask_share=0.8, order="r
         where = chosen if on == "chosen" else keep[tokens] if on == "ordinary" else torch.ones_like(chosen)
         to_mask = where & (action < mask_share)
         if order == "random_then_kept":
-            to_random = where & (action >= 0.8) & (action < 0.9)
+            to_random = where & (action >= mask_share) & (action < 0.9)
         else:  # kept from 0.8 to 0.9, random from 0.9
             to_random = where & (action >= 0.9)
         inputs = tokens.clone()
