@@ -241,7 +241,8 @@ def plot_cls_attention(weights: Float[Tensor, "n_layers key_pos"], labels: Seque
     n_layers, seq = weights.shape
     if len(labels) != seq:
         raise ValueError(f"labels must name the {seq} tokens, got {len(labels)}")
-    fig, ax = new_figure(1, 1, figsize=(max(4.0, 0.28 * seq + 1.2), 0.42 * n_layers + 1.6))
+    # At most 7 inches (630 px at the figures' 90 dpi): wider, a phone shows the page's figures below legible size.
+    fig, ax = new_figure(1, 1, figsize=(min(7.0, max(4.0, 0.24 * seq + 1.2)), 0.42 * n_layers + 1.6))
     ax.imshow(weights.numpy(), cmap="Blues", vmin=0, vmax=max(0.05, float(weights.max())), aspect="auto",
               interpolation="nearest")
     ax.set_xticks(range(seq), [_shown(w) for w in labels], rotation=90, fontsize=8, family="monospace")
