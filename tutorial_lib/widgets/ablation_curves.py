@@ -63,7 +63,7 @@ def plot_ablation_curves(
     rows = [row for row in results if row != baseline]
     n_panels = len(rows) + bool(baseline_seeds)
     nrows = max(1, -(-n_panels // ncols))
-    fig, axes = new_figure(nrows, ncols, figsize=(4.2 * ncols, 2.5 * nrows), sharex=True, sharey=True, squeeze=False)
+    fig, axes = new_figure(nrows, ncols, figsize=(3.5 * ncols, 2.4 * nrows), sharex=True, sharey=True, squeeze=False)
     colors = row_colors(list(results), baseline)
     flat = [ax for line in axes for ax in line]
     for ax, row in zip(flat, rows):

@@ -58,7 +58,7 @@ def plot_score_grids(grids: Mapping[str, Float[Tensor, "query_pos key_pos"]]) ->
         raise ValueError("grids must hold at least one score grid")
     n_panels = len(grids) + 1
     n_rows = math.ceil(n_panels / 2)
-    fig, axes = new_figure(n_rows, 2, figsize=(8.0, 3.5 * n_rows), squeeze=False)
+    fig, axes = new_figure(n_rows, 2, figsize=(7.0, 3.2 * n_rows), squeeze=False)
     axes = list(axes.flat)
     limit = max(grid.abs().max().item() for grid in grids.values())
     for ax, (name, grid) in zip(axes, grids.items()):
