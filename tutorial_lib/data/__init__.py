@@ -1,5 +1,7 @@
-"""Data of the book: Tiny Shakespeare for the GPT chapters, a generated date-normalisation task for chapter 07."""
+"""Data of the book: tiny Shakespeare (characters for the GPT chapters, speeches and words for chapter 14), and tasks
+generated from a seed: date normalisation (chapter 07) and copying (chapter 13)."""
 
+from tutorial_lib.data.copying import copy_accuracy, copy_batch, copy_loss
 from tutorial_lib.data.dates import (
     DATE_FORMATS,
     DateSplits,
@@ -9,6 +11,15 @@ from tutorial_lib.data.dates import (
     make_date_pairs,
     make_date_splits,
     pad_sequences,
+)
+from tutorial_lib.data.dialogue import (
+    Speech,
+    WordTokenizer,
+    nsp_pairs,
+    parse_speeches,
+    script_lines,
+    split_speeches,
+    turn_pairs,
 )
 from tutorial_lib.data.shakespeare import (
     TINY_SHAKESPEARE_SHA256,
@@ -31,6 +42,11 @@ __all__ = [
     "DateSplits",
     "DateVocab",
     "Seq2SeqBatch",
+    "Speech",
+    "WordTokenizer",
+    "copy_accuracy",
+    "copy_batch",
+    "copy_loss",
     "default_cache_dir",
     "encode_pairs",
     "get_batch",
@@ -38,6 +54,11 @@ __all__ = [
     "load_tiny_shakespeare",
     "make_date_pairs",
     "make_date_splits",
+    "nsp_pairs",
     "pad_sequences",
+    "parse_speeches",
+    "script_lines",
+    "split_speeches",
     "train_val_split",
+    "turn_pairs",
 ]
