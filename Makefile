@@ -33,8 +33,11 @@ book-assets:
 ## test: every test of the project: unit tests, the notebooks' stored outputs (nbval), the book, the book in a browser
 test: venv test-unit test-notebooks test-book test-browser
 
+# Unit tests in two worker processes (the CI machine's two cores; each test runs on one thread, see tests/conftest.py).
+UNIT_WORKERS ?= 2
+
 test-unit: venv colab-wheels
-	$(PY) -m pytest tests
+	$(PY) -m pytest -n $(UNIT_WORKERS) tests
 
 # The wheels the offline Colab test (tests/test_colab_install.py) lets pip install from: the package's dependencies
 # without torch, at requirements.txt's versions, into .venv/colab-wheels (downloaded once).

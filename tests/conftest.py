@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 import torch
 
+from tutorial_lib.checks import check, get_exercise
+
 # The corpus is never copied into the repository: it sits in ../shared/data beside the checkout (as in the Makefile).
 os.environ.setdefault("TUTORIAL_LIB_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
 os.environ.setdefault("MPLBACKEND", "agg")
@@ -43,3 +45,18 @@ def without_annotation_checks():
             jaxtyping.config.update("jaxtyping_disable", False)
 
     return unchecked
+
+
+@pytest.fixture
+def assert_mistake_named():
+    """``assert_mistake_named(exercise_id, learner, mistake)``: the check gives ``learner`` no points and names
+    ``mistake``, in the catalogue's words (the test every chapter's learner-written mistakes go through)."""
+
+    def assert_named(exercise_id: str, learner, mistake: str) -> None:
+        result = check(exercise_id, learner)
+        named = next(m for m in get_exercise(exercise_id).mistakes if m.name == mistake)
+        assert not result.passed and result.points == 0, result.verdict
+        assert result.mistake == mistake, result.verdict
+        assert f"It looks like you {named.description}." in result.verdict
+
+    return assert_named

@@ -265,12 +265,8 @@ def test_chapter_03_declares_its_exercises_and_points():
 @pytest.mark.parametrize(
     ("exercise_id", "learner", "mistake"), LEARNER_MISTAKES, ids=[learner.__name__ for _, learner, _ in LEARNER_MISTAKES]
 )
-def test_a_learners_mistake_is_named(exercise_id, learner, mistake):
-    result = check(exercise_id, learner)
-    named = next(m for m in core.get_exercise(exercise_id).mistakes if m.name == mistake)
-    assert not result.passed and result.points == 0
-    assert result.mistake == mistake, result.verdict
-    assert f"It looks like you {named.description}." in result.verdict
+def test_a_learners_mistake_is_named(exercise_id, learner, mistake, assert_mistake_named):
+    assert_mistake_named(exercise_id, learner, mistake)
 
 
 def test_every_catalogued_mistake_has_a_learner_version_here():

@@ -73,11 +73,8 @@ LEARNER_MISTAKES = [
 
 @pytest.mark.parametrize(("exercise_id", "learner", "mistake"), LEARNER_MISTAKES,
                          ids=[f"{e}-{m}" for e, _, m in LEARNER_MISTAKES])
-def test_a_learners_mistake_is_named(exercise_id, learner, mistake):
-    result = check(exercise_id, learner)
-    named = next(m for m in get_exercise(exercise_id).mistakes if m.name == mistake)
-    assert result.points == 0 and result.mistake == mistake, result.verdict
-    assert f"It looks like you {named.description}." in result.verdict
+def test_a_learners_mistake_is_named(exercise_id, learner, mistake, assert_mistake_named):
+    assert_mistake_named(exercise_id, learner, mistake)
 
 
 def test_every_catalogued_mistake_has_a_learner_version_here():

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from tutorial_lib import grade
-from tutorial_lib.checks import chapter_exercises, check, get_exercise
+from tutorial_lib.checks import chapter_exercises, check
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -130,12 +130,8 @@ LEARNER_MISTAKES = [
 @pytest.mark.parametrize(
     ("exercise_id", "learner", "mistake"), LEARNER_MISTAKES, ids=[mistake for _, _, mistake in LEARNER_MISTAKES]
 )
-def test_a_learners_mistake_is_named(exercise_id, learner, mistake):
-    result = check(exercise_id, learner)
-    named = next(m for m in get_exercise(exercise_id).mistakes if m.name == mistake)
-    assert not result.passed and result.points == 0
-    assert result.mistake == mistake, result.verdict
-    assert f"It looks like you {named.description}." in result.verdict
+def test_a_learners_mistake_is_named(exercise_id, learner, mistake, assert_mistake_named):
+    assert_mistake_named(exercise_id, learner, mistake)
 
 
 def test_every_catalogued_mistake_has_a_learner_version_here():
