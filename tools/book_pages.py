@@ -161,7 +161,7 @@ def traceability(root: Path = ROOT) -> str:
     for index, item in enumerate(items):
         source = item.get("source")
         if source and (index == 0 or items[index - 1].get("source") != source):
-            sections.append(f"## {source}\n\nEquations of a later paper that a chapter builds, numbered as in that paper.")
+            sections.append(f"## {source}\n\nWhat a chapter builds from a later paper: its equations, sections and figures, numbered as in that paper.")
         lines = [f"{'###' if source else '##'} {item['item']}", "", item["what"], ""]
         for where in item["where"]:
             number = where["chapter"]
