@@ -30,8 +30,6 @@ the test pairs from the evaluation plays, which pre-training never saw.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import itertools
 import math
 import time
 from collections import Counter
@@ -47,7 +45,6 @@ from torch import Tensor, nn
 
 from tutorial_lib.attention import padding_mask
 from tutorial_lib.data.dialogue import (
-    PairBatch,
     Speech,
     WordTokenizer,
     balanced_sample,
@@ -58,7 +55,7 @@ from tutorial_lib.data.dialogue import (
     split_speeches,
     turn_pairs,
 )
-from tutorial_lib.data.shakespeare import default_cache_dir, load_tiny_shakespeare
+from tutorial_lib.data.shakespeare import load_tiny_shakespeare
 from tutorial_lib.models.bert import (
     IGNORE_INDEX,
     BERTConfig,
@@ -66,6 +63,7 @@ from tutorial_lib.models.bert import (
     BERTForSequenceClassification,
     mask_tokens,
 )
+from tutorial_lib.recipes import cached_model_path
 from tutorial_lib.training import TrainConfig, TrainHistory, to_device, train
 
 BERT_MIN_COUNT = 3  # a word seen fewer times in the training lines is [UNK]
@@ -340,8 +338,8 @@ def tiny_bert_checkpoint_path(
     checkpoint_dir: str | Path | None = None,
 ) -> Path:
     """Where :func:`load_or_train_tiny_bert` keeps the model of these settings (a hash of all of them)."""
-    recipe = repr((model_cfg, train_cfg, batch_size, masking, seed, stop_after, BERT_MIN_COUNT, EVAL_EVERY)).encode()
-    return Path(checkpoint_dir or default_cache_dir()) / f"tiny_bert_{hashlib.sha256(recipe).hexdigest()[:12]}.pt"
+    settings = (model_cfg, train_cfg, batch_size, masking, seed, stop_after, BERT_MIN_COUNT, EVAL_EVERY)
+    return cached_model_path("tiny_bert", settings, checkpoint_dir)
 
 
 def load_or_train_tiny_bert(

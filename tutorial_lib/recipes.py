@@ -113,6 +113,13 @@ def train_char_gpt(
     return model, history
 
 
+def cached_model_path(kind: str, settings: tuple, checkpoint_dir: str | Path | None = None) -> Path:
+    """``<checkpoint_dir or the user cache>/<kind>_<hash>.pt``, the hash of ``repr(settings)``: a recipe whose settings
+    change never loads a stale model. Every ``load_or_train_*`` of the package names its file this way."""
+    digest = hashlib.sha256(repr(settings).encode()).hexdigest()[:12]
+    return Path(checkpoint_dir or default_cache_dir()) / f"{kind}_{digest}.pt"
+
+
 def char_gpt_checkpoint_path(
     model_cfg: GPTConfig = CHAR_GPT_CONFIG,
     train_cfg: TrainConfig = CHAR_TRAIN_CONFIG,
@@ -121,8 +128,7 @@ def char_gpt_checkpoint_path(
     checkpoint_dir: str | Path | None = None,
 ) -> Path:
     """Where :func:`load_or_train_char_gpt` keeps the model of this recipe: named after a hash of the configurations."""
-    recipe = repr((model_cfg, train_cfg, batch_size)).encode()
-    return Path(checkpoint_dir or default_cache_dir()) / f"char_gpt_{hashlib.sha256(recipe).hexdigest()[:12]}.pt"
+    return cached_model_path("char_gpt", (model_cfg, train_cfg, batch_size), checkpoint_dir)
 
 
 def load_or_train_char_gpt(
@@ -172,8 +178,7 @@ def char_run_path(
     checkpoint_dir: str | Path | None = None,
 ) -> Path:
     """Where :func:`load_or_train_char_run` keeps a run: named after a hash of everything that decides it."""
-    recipe = repr((model_cfg, train_cfg, batch_size, seed)).encode()
-    return Path(checkpoint_dir or default_cache_dir()) / f"char_run_{hashlib.sha256(recipe).hexdigest()[:12]}.pt"
+    return cached_model_path("char_run", (model_cfg, train_cfg, batch_size, seed), checkpoint_dir)
 
 
 def load_or_train_char_run(
@@ -468,8 +473,8 @@ def date_transformer_checkpoint_path(
     """Where :func:`load_or_train_date_transformer` keeps the model of these settings (a hash of all of them)."""
     settings = (model_cfg, train_cfg, batch_size, smoothing, seed, DATE_SPLIT_SIZES, DATE_SPLIT_SEED,
                 (average_last, DATE_AVERAGE_INTERVAL))
-    recipe = repr(settings if causal_decoder else (*settings, "no decoder causal mask")).encode()
-    return Path(checkpoint_dir or default_cache_dir()) / f"date_transformer_{hashlib.sha256(recipe).hexdigest()[:12]}.pt"
+    return cached_model_path("date_transformer", settings if causal_decoder else (*settings, "no decoder causal mask"),
+                             checkpoint_dir)
 
 
 def load_or_train_date_transformer(
