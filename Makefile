@@ -21,6 +21,9 @@ $(STAMP): requirements.txt pyproject.toml
 
 venv: $(STAMP)
 
+# `time` before a stage's command: each stage of make test prints how long it took (the CI log's split).
+TIMED = TIMEFORMAT='$@: %0R s'; time
+
 ## book: build the Jupyter Book from the notebooks' stored outputs (no execution), warnings are errors
 book: venv book-assets
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
@@ -37,7 +40,7 @@ test: venv test-unit test-notebooks test-book test-browser
 UNIT_WORKERS ?= 2
 
 test-unit: venv colab-wheels
-	$(PY) -m pytest -n $(UNIT_WORKERS) tests
+	$(TIMED) $(PY) -m pytest -n $(UNIT_WORKERS) tests
 
 # The wheels the offline Colab test (tests/test_colab_install.py) lets pip install from: the package's dependencies
 # without torch, at requirements.txt's versions, into .venv/colab-wheels (downloaded once).
@@ -45,8 +48,10 @@ colab-wheels: venv
 	$(PY) tools/colab_wheelhouse.py
 
 # Notebook kernels: CPU outputs (the stored ones) and the inline backend (the agg exported above shows no figure).
-# Two threads, as tools/execute_notebooks.py: the thread count decides how matmuls split their sums, so it is pinned.
-NOTEBOOK_ENV := TUTORIAL_LIB_DEVICE=cpu MPLBACKEND=module://matplotlib_inline.backend_inline HF_HUB_OFFLINE=1 OMP_NUM_THREADS=2
+# One thread per kernel, as tools/execute_notebooks.py: the thread count decides how matmuls split their sums, so it
+# is pinned; two kernels of one thread each keep both cores busy where one kernel of two threads idles one core in
+# every step that is not a large matmul (plots, Python, kernel start-up).
+NOTEBOOK_ENV := TUTORIAL_LIB_DEVICE=cpu MPLBACKEND=module://matplotlib_inline.backend_inline HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1
 
 ## execute: run every notebook top to bottom in a fresh kernel and store its outputs and widget state in place
 execute: venv
@@ -57,17 +62,25 @@ NOTEBOOKS ?= chapters solutions exercises
 
 # nbval in strict mode: every cell's fresh output must equal the stored one (sanitized by nbval_sanitize.cfg).
 # `-o addopts=` drops the unit suite's options (jaxtyping's import hook): the notebooks run in their own kernels.
+# NOTEBOOK_WORKERS notebooks run side by side (pytest-xdist; --dist loadfile keeps each notebook's cells in order on
+# one worker), handed out in the book's order (--no-loadscope-reorder), so a shared model is trained by the first
+# chapter that needs it, as the README's table says; two that need it at once train it once (the recipes' cache lock).
+# --durations lists the slowest cells: none may need more than a quarter of the cell timeout.
+NOTEBOOK_WORKERS ?= 2
+
 test-notebooks: venv
-	$(NOTEBOOK_ENV) $(PY) -m pytest -o addopts= -p no:cacheprovider --nbval --nbval-current-env \
-		--nbval-sanitize-with nbval_sanitize.cfg --nbval-cell-timeout=600 --timeout=900 $(NOTEBOOKS)
+	$(TIMED) $(NOTEBOOK_ENV) $(PY) -m pytest -o addopts= -p no:cacheprovider -n $(NOTEBOOK_WORKERS) --dist loadfile \
+		--no-loadscope-reorder \
+		--nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg --nbval-cell-timeout=600 \
+		--timeout=900 --durations=15 $(NOTEBOOKS)
 
 # The book from scratch (--all: a warning in an unchanged page must still fail), warnings as errors.
 test-book: venv book-assets
-	$(VENV)/bin/jupyter-book build . --all -W -n --keep-going
+	$(TIMED) $(VENV)/bin/jupyter-book build . --all -W -n --keep-going
 
 # The built book in Chromium (Debian's `chromium`; .ci/run installs it): every page at 1280 and 390 px, offline.
 test-browser: venv
-	$(PY) -m pytest -m browser tests/test_book_browser.py
+	$(TIMED) $(PY) -m pytest -m browser tests/test_book_browser.py
 
 ## screenshots: the README's pictures of chapter 03 at desktop and phone width, taken by the browser suite
 screenshots: book

@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from tutorial_lib import ablation
-from tutorial_lib.ablation import (
+from tutorial_lib.recipes import ablation
+from tutorial_lib.recipes.ablation import (
     CHANGES,
     Change,
     UnscaledMultiHeadAttention,

@@ -1,4 +1,4 @@
-"""tutorial_lib.bert_recipes (chapter 14): pre-training batches and loss, measurements and baselines, the cached runs,
+"""tutorial_lib.recipes.bert (chapter 14): pre-training batches and loss, measurements and baselines, the cached runs,
 fine-tuning, the bag-of-words baseline, filling in blanks, and a pre-trained BERT loaded from a saved checkpoint."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tutorial_lib import bert_recipes
 from tutorial_lib.attention import padding_mask
-from tutorial_lib.bert_recipes import (
+from tutorial_lib.recipes import bert
+from tutorial_lib.recipes.bert import (
     BERT_TRAIN_CONFIG,
     TURN_TRAIN_CONFIG,
     BagOfWords,
@@ -134,15 +134,15 @@ def test_mlm_baselines_are_the_word_frequencies(data):
     train_lines = [[5, 5, 5, 6, 2, 3], [5, 7, 0]]  # special ids do not count: a 4, b 1, c 1
     labels = torch.full((1, 6), IGNORE_INDEX)
     labels[0, :3] = torch.tensor([5, 6, 6])
-    batch = bert_recipes.PretrainingBatch(labels.clamp(min=0), torch.zeros_like(labels), torch.tensor([6]), labels,
-                                          torch.tensor([0]))
+    batch = bert.PretrainingBatch(labels.clamp(min=0), torch.zeros_like(labels), torch.tensor([6]), labels,
+                                  torch.tensor([0]))
     baselines = mlm_baselines(train_lines, [batch], tok)
     assert baselines.most_frequent == "a" and baselines.most_frequent_accuracy == pytest.approx(1 / 3)
     assert baselines.unigram_cross_entropy == pytest.approx(-(math.log(4 / 6) + 2 * math.log(1 / 6)) / 3, rel=1e-6)
 
 
 def test_training_measures_stops_and_is_seeded(data, monkeypatch):
-    monkeypatch.setattr(bert_recipes, "EVAL_EVERY", 2)
+    monkeypatch.setattr(bert, "EVAL_EVERY", 2)
     cfg = _config(data)
     model, record = train_tiny_bert(data, model_cfg=cfg, train_cfg=SHORT, batch_size=8, progress=False)
     assert record["updates"] == 6 and [m["updates"] for m in record["metrics"]] == [2, 4, 6]

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tutorial_lib.ablation import Skip
+from tutorial_lib.recipes.ablation import Skip
 from tutorial_lib.checks import check, get_exercise
 
 # --- 11.remove_attention ----------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from tutorial_lib.ablation import AblationResult
+from tutorial_lib.recipes.ablation import AblationResult
 from tutorial_lib.widgets.ablation_curves import (
     BASELINE_COLOR,
     ablation_curves_widget,

@@ -2,6 +2,7 @@
 
     python tools/execute_notebooks.py                  # every notebook of chapters/, solutions/, exercises/
     python tools/execute_notebooks.py chapters/03_scaled_dot_product_attention.ipynb
+    python tools/execute_notebooks.py --jobs 1         # one notebook at a time (default: 2 side by side)
 
 The kernel runs in the notebook's folder on the CPU (``TUTORIAL_LIB_DEVICE=cpu``), so the stored outputs are the
 ones ``make test`` (nbval) reproduces on any machine, with matplotlib's inline backend so figures are stored as PNG.
@@ -11,6 +12,7 @@ Widget model ids are renumbered in order of creation, so executing an unchanged 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import sys
@@ -32,8 +34,10 @@ KERNEL_ENV = {
     # Never download model weights while executing: chapter 08's real-GPT-2 cell must take its offline branch.
     "HF_HUB_OFFLINE": "1",
     # Stored outputs must be what nbval reproduces, so the thread count (which decides how matmuls split their sums)
-    # is pinned: the 2 cores of the CI machine. Runs on 2 threads are bit-identical (tests/test_determinism.py).
-    "OMP_NUM_THREADS": "2",
+    # is pinned: one thread per kernel, as `make test-notebooks` runs them, two notebooks side by side on the CI
+    # machine's 2 cores (two kernels of 2 threads each would fight over the cores). Runs are bit-identical
+    # (tests/test_determinism.py), so a model in the shared cache is the same whichever notebook trained it.
+    "OMP_NUM_THREADS": "1",
 }
 
 
@@ -66,23 +70,32 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="*", help="notebooks (default: chapters/, solutions/, exercises/)")
     parser.add_argument("--timeout", type=int, default=900, help="seconds allowed per cell (default: 900)")
+    parser.add_argument("--jobs", type=int, default=2, help="notebooks executed side by side (default: 2)")
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be >= 1, got {args.jobs}")
     paths = [Path(p).resolve() for p in args.paths] or sorted(
         p for folder in NOTEBOOK_DIRS for p in (ROOT / folder).glob("*.ipynb")
     )
-    failed = []
-    for path in paths:
-        name = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
-        start = time.perf_counter()
-        try:
-            execute(path, args.timeout)
-        except CellExecutionError as error:
-            # Leave the file as it was: a half-executed notebook must not be committed.
-            print(f"FAILED {name}\n{error}", file=sys.stderr)
-            failed.append(path)
-            continue
-        print(f"executed {name} in {time.perf_counter() - start:.1f} s")
+    # Each notebook runs in a kernel process of its own; the threads here only wait for them. Two notebooks that
+    # need the same cached model do not both train it: the recipes' cache lock makes the second wait and load it.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        failed = [path for path in pool.map(lambda path: execute_and_report(path, args.timeout), paths) if path]
     return 1 if failed else 0
+
+
+def execute_and_report(path: Path, timeout: int) -> Path | None:
+    """Execute ``path`` and print how long it took; on a failing cell print the error and return ``path``."""
+    name = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    start = time.perf_counter()
+    try:
+        execute(path, timeout)
+    except CellExecutionError as error:
+        # Leave the file as it was: a half-executed notebook must not be committed.
+        print(f"FAILED {name}\n{error}", file=sys.stderr, flush=True)
+        return path
+    print(f"executed {name} in {time.perf_counter() - start:.1f} s", flush=True)
+    return None
 
 
 if __name__ == "__main__":

@@ -2,33 +2,38 @@
 
 Modules follow the order of the book:
 
-=======================  ==================================================
-``tokenizers``           01  character tokenizer, byte-pair encoding
-``embeddings``           02  token embedding, learned and sinusoidal positions
-``attention``            03  scaled dot-product attention and its masks
-``multi_head``           04  multi-head attention (loop and fused)
-``feed_forward``         05  position-wise feed-forward, SwiGLU
-``normalization``        06  LayerNorm, RMSNorm
-``blocks``               06  residual blocks with post-, pre- and sandwich norm
-``models.transformer``   07  the encoder-decoder Transformer of the paper
-``decoding``             07  greedy and beam search for sequence-to-sequence
-``models.gpt``           08  a decoder-only GPT (GPT-2's architecture)
-``training``             09  schedules, label smoothing, the training loop
-``recipes``              09  trained models shared by chapters (trained once, cached)
-``sampling``             10  temperature, top-k, top-p, ``generate``
-``kv_cache``             10  the key/value cache of generation
-``ablation``             11  the ablation grid: one component removed per run
-``rope``                 12  rotary position embeddings
-``models.llama``         12  a LLaMA-style decoder (RoPE, RMSNorm, SwiGLU)
-``efficient_attention``  13  sliding window, linear and tiled attention
-``models.bert``          14  an encoder-only BERT, its masking and heads
-``bert_recipes``         14  tiny-BERT pre-training and fine-tuning (cached)
-``counting``             --  parameter counting
-``data``                 --  tiny Shakespeare, its speeches (14), generated dates (07) and copying (13) tasks
-``widgets``              --  the chapters' figures and interactive explorers
-``checks``, ``grade``    --  the exercises' checks (one module per chapter) and a grader for a class's notebooks
-``environment``          --  seeding and device choice of a notebook's first cell
-=======================  ==================================================
+==============================  ==================================================
+``tokenizers``                  01  character tokenizer, byte-pair encoding
+``embeddings``                  02  token embedding, learned and sinusoidal positions
+``attention``                   03  scaled dot-product attention and its masks
+``multi_head``                  04  multi-head attention (loop and fused)
+``feed_forward``                05  position-wise feed-forward, SwiGLU
+``normalization``               06  LayerNorm, RMSNorm
+``blocks``                      06  residual blocks with post-, pre- and sandwich norm
+``models.transformer``          07  the encoder-decoder Transformer of the paper
+``decoding``                    07  greedy and beam search for sequence-to-sequence
+``recipes.date_transformer``    07  the Transformer trained on date normalisation (cached)
+``models.gpt``                  08  a decoder-only GPT (GPT-2's architecture)
+``training``                    09  schedules, label smoothing, the training loop (fp32, or bf16 autocast)
+``progress``                    09  the line a cell that trains shows: what runs, its time on CI, how far it got
+``recipes``                     09  trained models shared by chapters (trained once, cached), one module per recipe
+``recipes.cache``               09  a recipe's file name; training under a file lock, then loading
+``recipes.char_gpt``            09  the character-level GPT the chapters share, and its kept runs
+``sampling``                    10  temperature, top-k, top-p, ``generate``
+``kv_cache``                    10  the key/value cache of generation
+``recipes.ablation``            11  the ablation grid: one component removed per run
+``rope``                        12  rotary position embeddings
+``models.llama``                12  a LLaMA-style decoder (RoPE, RMSNorm, SwiGLU)
+``recipes.positions``           12  learned, rotary and sinusoidal positions compared
+``efficient_attention``         13  sliding window, linear and tiled attention
+``models.bert``                 14  an encoder-only BERT, its masking and heads
+``recipes.bert``                14  tiny-BERT pre-training and fine-tuning (cached)
+``counting``                    --  parameter counting
+``data``                        --  tiny Shakespeare, its speeches (14), generated dates (07) and copying (13) tasks
+``widgets``                     --  the chapters' figures and interactive explorers
+``checks``, ``grade``           --  the exercises' checks (one module per chapter) and a grader for a class's notebooks
+``environment``                 --  seeding and device choice of a notebook's first cell
+==============================  ==================================================
 """
 
 __version__ = "0.1.0"

@@ -1,10 +1,12 @@
 """Training: learning-rate schedules (Eq. (3), warmup-cosine), label smoothing (§5.4), a model-agnostic training
-loop with AdamW, gradient clipping, evaluation, progress bar and checkpoints (chapters 07, 09)."""
+loop with AdamW, gradient clipping, evaluation, a progress line and checkpoints (chapters 07, 09)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -15,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor, nn
+
+from tutorial_lib.progress import announce, report
 
 # ----------------------------------------------------------------------------------------------- schedules
 
@@ -185,6 +189,8 @@ def train(
     callbacks: Iterable[Callable[[str, dict], None]] = (),
     progress: bool = True,
     start_step: int = 0,
+    precision: str = "fp32",
+    expected_seconds: float | None = None,
 ) -> TrainHistory:
     """Train any model: it knows nothing of the model but ``loss_fn(model, batch) -> scalar loss``.
 
@@ -192,10 +198,11 @@ def train(
     moved to ``device``. Each update: lr from the schedule, forward, backward, gradient clipping, AdamW step.
     Every ``eval_interval`` steps and at the end the validation loss is measured. ``callbacks`` get
     ``("step", info)`` and ``("eval", info)`` events; ``info["seconds"]`` is the training time so far, evaluation
-    excluded. Returns the :class:`TrainHistory`.
+    excluded. ``progress`` shows a line that says what trains (and ``expected_seconds``, its time on the CI machine)
+    and, in Jupyter, how far it has got (:mod:`tutorial_lib.progress`). ``precision="bf16"`` runs the training
+    updates' forward in bfloat16 (:func:`precision_context`); evaluation stays in fp32. Returns the
+    :class:`TrainHistory`.
     """
-    from tqdm.auto import tqdm
-
     model.to(device)
     model.train()
     optimizer = optimizer or make_adamw(model, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=cfg.betas)
@@ -203,39 +210,90 @@ def train(
     callbacks = list(callbacks)
     start = time.perf_counter()
     evaluating = 0.0  # seconds spent measuring the validation loss, kept out of the training time
-    bar = tqdm(range(start_step, cfg.max_steps), disable=not progress, desc="training", unit="step")
-    for step in bar:
-        lr = cfg.lr_at(step, d_model)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        loss = loss_fn(model, to_device(train_batches(), device))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if cfg.grad_clip is not None:
-            nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        optimizer.step()
-        last = step == cfg.max_steps - 1
-        if step % cfg.log_interval == 0 or last:
-            loss_value = loss.item()
-            history.steps.append(step)
-            history.train_loss.append(loss_value)
-            history.lr.append(lr)
-            bar.set_postfix(loss=f"{loss_value:.3f}", lr=f"{lr:.2e}")
-            for callback in callbacks:
-                callback("step", {"step": step, "loss": loss_value, "lr": lr})
-        if val_batches is not None and ((step + 1) % cfg.eval_interval == 0 or last):
-            eval_start = time.perf_counter()
-            train_seconds = eval_start - start - evaluating
-            val = evaluate(model, val_batches, loss_fn, cfg.eval_batches, device)
-            evaluating += time.perf_counter() - eval_start
-            history.eval_steps.append(step + 1)
-            history.val_loss.append(val)
-            history.eval_seconds.append(train_seconds)
-            for callback in callbacks:
-                callback("eval", {"step": step + 1, "val_loss": val, "train_loss": loss.item(), "seconds": train_seconds})
-    bar.close()
+    # One line says what runs and how far it has got (tutorial_lib.progress): the recipe's line when a recipe announced
+    # this run, else (with progress) a line of its own; report() refreshes it, and does nothing when there is none.
+    shown = announce(f"Training {cfg.max_steps - start_step} updates", expected_seconds)
+    with shown if progress else contextlib.nullcontext():
+        for step in range(start_step, cfg.max_steps):
+            lr = cfg.lr_at(step, d_model)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            with precision_context(precision, device):
+                loss = loss_fn(model, to_device(train_batches(), device))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.grad_clip is not None:
+                nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            optimizer.step()
+            last = step == cfg.max_steps - 1
+            if step % cfg.log_interval == 0 or last:
+                loss_value = loss.item()
+                history.steps.append(step)
+                history.train_loss.append(loss_value)
+                history.lr.append(lr)
+                report(f"update {step + 1} of {cfg.max_steps}, training loss {loss_value:.3f}")
+                for callback in callbacks:
+                    callback("step", {"step": step, "loss": loss_value, "lr": lr})
+            if val_batches is not None and ((step + 1) % cfg.eval_interval == 0 or last):
+                eval_start = time.perf_counter()
+                train_seconds = eval_start - start - evaluating
+                val = evaluate(model, val_batches, loss_fn, cfg.eval_batches, device)
+                evaluating += time.perf_counter() - eval_start
+                history.eval_steps.append(step + 1)
+                history.val_loss.append(val)
+                history.eval_seconds.append(train_seconds)
+                for callback in callbacks:
+                    callback("eval", {"step": step + 1, "val_loss": val, "train_loss": loss.item(), "seconds": train_seconds})
     history.seconds = time.perf_counter() - start
     return history
+
+
+def precision_context(precision: str, device: torch.device | str) -> contextlib.AbstractContextManager:
+    """What a forward runs in: ``"fp32"`` as written, or ``"bf16"``, where ``torch.autocast`` runs the matrix
+    products in bfloat16 (8 bits of mantissa instead of 23; the weights, the optimizer and the losses stay fp32).
+
+    On a CPU this pays only where the cores multiply bfloat16 natively (AVX512-BF16 or AMX; 2.2× the fp32 matmul rate
+    on the AMD EPYC CI machine), and elsewhere it is refused. There, attention stays in fp32: PyTorch's fused CPU
+    kernel runs its backward in bfloat16 three times slower than in fp32 (measured in ``benchmarks/README.md``). The
+    chapters train in fp32, the precision of their stored outputs; ``benchmarks/train_char_gpt.py --precision bf16``
+    measures this one."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    if precision != "bf16":
+        raise ValueError(f"precision must be 'fp32' or 'bf16', got {precision!r}")
+    device_type = torch.device(device).type
+    if device_type != "cpu":
+        return torch.autocast(device_type, dtype=torch.bfloat16)
+    if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        raise ValueError("precision='bf16' needs a CPU that multiplies bfloat16 natively (AVX512-BF16 or AMX); "
+                         "this one would emulate it, slower than fp32: use precision='fp32'")
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch.autocast("cpu", dtype=torch.bfloat16))
+    stack.enter_context(_CpuBf16Attention())
+    return stack
+
+
+class _CpuBf16Attention(torch.overrides.TorchFunctionMode):
+    """How ``F.scaled_dot_product_attention`` runs under a CPU bfloat16 autocast (see :func:`precision_context`).
+
+    PyTorch's fused CPU kernel runs its backward in bfloat16 three times slower than in fp32. For short causal or
+    unmasked self-attention (the training path), the scores are materialised instead: two batched matmuls in bfloat16
+    and the softmax in fp32 (10% faster per update than the fused kernel in fp32 at n_ctx = 64). Anything else (a
+    mask, dropout, a scale, long sequences) runs the fused kernel in fp32."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is not F.scaled_dot_product_attention:
+            return func(*args, **kwargs)
+        q, k, v, *rest = args
+        plain = not rest and set(kwargs) <= {"is_causal"} and q.dim() == 4 and q.shape[-2] == k.shape[-2] <= 256
+        if not plain:
+            with torch.autocast("cpu", enabled=False):
+                return func(q.float(), k.float(), v.float(), *rest, **kwargs)
+        *batch, n, d_head = q.shape
+        scores = torch.zeros(n, n, dtype=q.dtype) if not kwargs.get("is_causal") else torch.full((n, n), float("-inf"), dtype=q.dtype).triu(1)
+        scores = torch.baddbmm(scores, q.reshape(-1, n, d_head), k.reshape(-1, n, d_head).transpose(1, 2), alpha=d_head**-0.5)
+        return torch.bmm(scores.softmax(dim=-1), v.reshape(-1, n, v.shape[-1])).view(*batch, n, v.shape[-1])
 
 
 def to_device(batch: Any, device: torch.device | str) -> Any:
@@ -255,7 +313,10 @@ def to_device(batch: Any, device: torch.device | str) -> Any:
 
 
 def save_checkpoint(path: str | Path, model: nn.Module, *, optimizer: torch.optim.Optimizer | None = None, step: int = 0, config: Any = None) -> None:
-    """Save weights (and optimizer state, step, the model's config as a plain dict) to ``path``."""
+    """Save weights (and optimizer state, step, the model's config as a plain dict) to ``path``.
+
+    Written to a temporary file and renamed: a process that reads ``path`` meanwhile (another notebook) finds the old
+    file or the new one, never half of one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"model": model.state_dict(), "step": step}
@@ -263,7 +324,9 @@ def save_checkpoint(path: str | Path, model: nn.Module, *, optimizer: torch.opti
         payload["optimizer"] = optimizer.state_dict()
     if config is not None:
         payload["config"] = {k: getattr(v, "value", v) for k, v in dataclasses.asdict(config).items()}
-    torch.save(payload, path)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    torch.save(payload, temporary)
+    os.replace(temporary, path)
 
 
 def load_checkpoint(path: str | Path, model: nn.Module, *, optimizer: torch.optim.Optimizer | None = None, map_location: Any = "cpu") -> dict:

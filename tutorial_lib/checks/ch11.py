@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tutorial_lib.ablation import Skip, block_gradient_norms, build_ablated_model, within_noise
+from tutorial_lib.recipes.ablation import Skip, block_gradient_norms, build_ablated_model, within_noise
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register
 from tutorial_lib.models.gpt import GPT, GPTConfig
 from tutorial_lib.training import language_model_loss
@@ -251,7 +251,7 @@ def _probe_cases(generator: torch.Generator) -> list[Case]:
 
 
 def reference_block_gradient_norms(model, tokens, targets):
-    """The package's probe, :func:`tutorial_lib.ablation.block_gradient_norms`."""
+    """The package's probe, :func:`tutorial_lib.recipes.ablation.block_gradient_norms`."""
     return block_gradient_norms(model, tokens, targets)
 
 
@@ -342,7 +342,7 @@ BLOCK_GRADIENT_NORMS = Exercise(
 
 
 def reference_within_noise(baseline_losses, row_losses, k=2.0):
-    """The package's :func:`tutorial_lib.ablation.within_noise`."""
+    """The package's :func:`tutorial_lib.recipes.ablation.within_noise`."""
     return within_noise(baseline_losses, row_losses, k)
 
 

@@ -1,6 +1,6 @@
 """Chapter 11's figures: the ablation rows' loss curves, the loss by position, and gradient norms per block.
 
-Pure functions take the runs (:class:`~tutorial_lib.ablation.AblationResult`, or anything with the same curve
+Pure functions take the runs (:class:`~tutorial_lib.recipes.ablation.AblationResult`, or anything with the same curve
 fields) and return figures; :func:`ablation_curves_widget` is a thin ipywidgets wrapper over :func:`plot_curve_overlay`.
 """
 
@@ -13,7 +13,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from tutorial_lib.ablation import AblationResult
+from tutorial_lib.recipes.ablation import AblationResult
 from tutorial_lib.widgets._plotting import figure_png, new_figure
 
 CURVES = ("validation", "training")

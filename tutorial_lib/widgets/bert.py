@@ -3,7 +3,7 @@
 * :func:`masking_statistics` draws :func:`~tutorial_lib.models.bert.mask_tokens` many times on one batch and counts
   what happened; :func:`plot_masking_statistics` draws the shares against the 15% · 80/10/10 rule and the random
   replacements against a uniform draw.
-* :func:`plot_pretraining` draws the measurements that :func:`~tutorial_lib.bert_recipes.train_tiny_bert` records.
+* :func:`plot_pretraining` draws the measurements that :func:`~tutorial_lib.recipes.bert.train_tiny_bert` records.
 * :func:`bert_attention` returns every head's attention weights of a BERT on a batch; :func:`cls_attention_shares`
   measures where the ``[CLS]`` query puts its weight (segment A, the boundary, segment B), next to what a query
   spreading its weight evenly would give; :func:`plot_cls_attention` draws the ``[CLS]`` row of every layer on one

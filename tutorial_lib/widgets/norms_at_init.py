@@ -7,7 +7,7 @@ the norm of the gradient of the loss with respect to its parameters, and how ali
 become (mean cosine similarity between them). :func:`plot_norms_at_init` draws the first two against depth;
 :func:`norms_at_init_widget` is a thin ipywidgets wrapper over them.
 
-The arrangements are the ablation runner's changes (:mod:`tutorial_lib.ablation`) applied to a deeper model, so the
+The arrangements are the ablation runner's changes (:mod:`tutorial_lib.recipes.ablation`) applied to a deeper model, so the
 model measured here is the one chapters 06 and 11 train, at another depth.
 """
 
@@ -23,7 +23,7 @@ from jaxtyping import Float
 from matplotlib.figure import Figure
 from torch import Tensor, nn
 
-from tutorial_lib.ablation import ABLATION_GPT_CONFIG, CHANGES, Change, build_ablated_model
+from tutorial_lib.recipes.ablation import ABLATION_GPT_CONFIG, CHANGES, Change, build_ablated_model
 from tutorial_lib.training import language_model_loss
 from tutorial_lib.widgets._plotting import figure_png, new_figure
 

@@ -181,7 +181,7 @@ def plot_loss_by_position(curves: Mapping[str, Float[Tensor, " seq"]], train_n_c
 
 def plot_equal_time(records: Mapping[str, dict], target: float) -> Figure:
     """Validation loss against seconds of training (evaluation excluded) of kept runs
-    (:func:`~tutorial_lib.recipes.load_or_train_char_run`), with the target loss marked."""
+    (:func:`~tutorial_lib.recipes.char_gpt.load_or_train_char_run`), with the target loss marked."""
     if not records:
         raise ValueError("records must hold at least one run")
     fig, ax = new_figure(1, 1, figsize=(6.0, 3.8))

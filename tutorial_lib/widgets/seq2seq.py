@@ -19,7 +19,7 @@ from torch import Tensor
 from tutorial_lib.attention import padding_mask
 from tutorial_lib.decoding import eval_mode
 from tutorial_lib.models.transformer import Transformer
-from tutorial_lib.recipes import DATE_VOCAB, normalise_dates
+from tutorial_lib.recipes.date_transformer import DATE_VOCAB, normalise_dates
 from tutorial_lib.widgets._plotting import figure_png, new_figure
 
 # --- label smoothing -------------------------------------------------------------------------------------------------

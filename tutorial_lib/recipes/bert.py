@@ -63,7 +63,7 @@ from tutorial_lib.models.bert import (
     BERTForSequenceClassification,
     mask_tokens,
 )
-from tutorial_lib.recipes import cached_model_path
+from tutorial_lib.recipes.cache import cached_model_path, load_or_train
 from tutorial_lib.training import TrainConfig, TrainHistory, to_device, train
 
 BERT_MIN_COUNT = 3  # a word seen fewer times in the training lines is [UNK]
@@ -76,6 +76,10 @@ BERT_TRAIN_CONFIG = TrainConfig(
     eval_interval=10**9, log_interval=10,  # measured by train_tiny_bert itself, every EVAL_EVERY updates
 )
 BERT_BATCH_SIZE = 64
+# Seconds an update takes on the CI machine (the 2-core AMD EPYC, where each notebook kernel runs on one thread and
+# two notebooks run side by side), evaluations included: the time a cell announces before it trains
+# (tutorial_lib.progress). Measured with short runs of each recipe, 2026-11-25.
+BERT_CI_SECONDS_PER_UPDATE = 0.065
 EVAL_BATCH_SIZE = 256
 EVAL_SEED = 1234  # the evaluation pairs and masks: drawn once, the same for every model
 
@@ -360,16 +364,23 @@ def load_or_train_tiny_bert(
     loads a stale model)."""
     path = tiny_bert_checkpoint_path(model_cfg, train_cfg, batch_size, masking, seed, stop_after,
                                      checkpoint_dir=checkpoint_dir)
-    if path.exists():
-        saved = torch.load(path, map_location="cpu", weights_only=True)
-        model = BERTForPreTraining(model_cfg)
-        model.load_state_dict(saved["model"], strict=True)
-        return model.to(device).eval(), saved["record"]
-    model, record = train_tiny_bert(data, model_cfg=model_cfg, train_cfg=train_cfg, batch_size=batch_size,
-                                    masking=masking, seed=seed, stop_after=stop_after, device=device, progress=progress)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"model": model.state_dict(), "record": record}, path)
-    return model, record
+    trained = []  # the model, when this call trains it
+
+    def train_model() -> dict:
+        model, record = train_tiny_bert(data, model_cfg=model_cfg, train_cfg=train_cfg, batch_size=batch_size,
+                                        masking=masking, seed=seed, stop_after=stop_after, device=device,
+                                        progress=progress)
+        trained.append(model)
+        return {"model": model.state_dict(), "record": record}
+
+    updates = train_cfg.max_steps if stop_after is None else stop_after
+    saved = load_or_train(path, train_model, what=f"chapter 14's tiny BERT ({masking} masking, seed {seed})",
+                          expected_seconds=updates * BERT_CI_SECONDS_PER_UPDATE)
+    if trained:
+        return trained[0], saved["record"]
+    model = BERTForPreTraining(model_cfg)
+    model.load_state_dict(saved["model"], strict=True)
+    return model.to(device).eval(), saved["record"]
 
 
 # --- fine-tuning: who speaks next? ---------------------------------------------------------------------------------

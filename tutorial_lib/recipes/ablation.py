@@ -41,6 +41,8 @@ from tutorial_lib.data.shakespeare import CharDataset, default_cache_dir, get_ba
 from tutorial_lib.kv_cache import LayerKVCache
 from tutorial_lib.models.gpt import GPT, GPTConfig
 from tutorial_lib.multi_head import MultiHeadAttention
+from tutorial_lib.recipes.cache import load_or_train
+from tutorial_lib.recipes.char_gpt import split_batches
 from tutorial_lib.training import TrainConfig, TrainHistory, evaluate, language_model_loss, train
 
 # Chapter 09's model at half the width and half the context, with its optimiser settings and a 30-update warm-up, so
@@ -66,6 +68,10 @@ ABLATION_TRAIN_CONFIG = TrainConfig(
     eval_interval=100, log_interval=10,
 )
 ABLATION_BATCH_SIZE = 32
+# Seconds an update takes on the CI machine (the 2-core AMD EPYC, where each notebook kernel runs on one thread and
+# two notebooks run side by side), evaluations included: the time a cell announces before it trains
+# (tutorial_lib.progress). Measured with short runs of each recipe, 2026-11-25.
+ABLATION_CI_SECONDS_PER_UPDATE = 0.03
 EVAL_BATCH_SIZE = 64  # validation windows per batch; the curve reads the first EVAL_BATCHES batches of the split
 EVAL_BATCHES = 8
 
@@ -276,6 +282,8 @@ def ablation_cache_path(change: Change, *, seed: int, steps: int, dataset: CharD
                         model_cfg: GPTConfig = ABLATION_GPT_CONFIG, train_cfg: TrainConfig = ABLATION_TRAIN_CONFIG,
                         batch_size: int = ABLATION_BATCH_SIZE, cache_dir: str | Path | None = None) -> Path:
     """Where a run is kept: named after a hash of everything that decides its result."""
+    # The key names no module: a change's code enters as its source text, so moving a function (or this runner,
+    # from tutorial_lib/ablation.py to tutorial_lib/recipes/ablation.py) leaves every cached run's name as it was.
     data = hashlib.sha256(dataset.train.numpy().tobytes() + dataset.val.numpy().tobytes()).hexdigest()[:16]
     key = repr((__version__, model_cfg, train_cfg, batch_size, change.fingerprint(), seed, steps, data,
                 EVAL_BATCH_SIZE, EVAL_BATCHES))
@@ -285,8 +293,6 @@ def ablation_cache_path(change: Change, *, seed: int, steps: int, dataset: CharD
 
 def validation_batches(dataset: CharDataset, n_ctx: int) -> list[tuple[Tensor, Tensor]]:
     """The validation split cut into consecutive windows, in batches of EVAL_BATCH_SIZE (the same for every run)."""
-    from tutorial_lib.recipes import split_batches  # recipes imports the models: import late
-
     return split_batches(dataset.val, n_ctx, EVAL_BATCH_SIZE)
 
 
@@ -324,37 +330,38 @@ def run_ablation(
     path = ablation_cache_path(change, seed=seed, steps=train_cfg.max_steps, dataset=dataset, model_cfg=model_cfg,
                                train_cfg=train_cfg, batch_size=batch_size, cache_dir=cache_dir)
     model = build_ablated_model(change, seed=seed, model_cfg=model_cfg)
-    if cache and path.exists():
-        saved = torch.load(path, map_location="cpu", weights_only=True)
-        model.load_state_dict(saved["model"], strict=True)
-        return AblationResult(model=model.eval(), **saved["result"])
-    generator = torch.Generator().manual_seed(seed)
-    curve = validation_batches(dataset, model.cfg.n_ctx)[:EVAL_BATCHES]
-    cycle = itertools.cycle(curve)
-    history: TrainHistory = train(
-        model,
-        lambda: get_batch(dataset.train, batch_size, model.cfg.n_ctx, generator),
-        language_model_loss,
-        dataclasses.replace(train_cfg, eval_batches=len(curve)),
-        device="cpu",
-        val_batches=lambda: next(cycle),
-        progress=progress,
-    )
-    result = {
-        "change": change.name,
-        "seed": seed,
-        "steps": history.steps,
-        "train_loss": history.train_loss,
-        "eval_steps": history.eval_steps,
-        "val_loss": history.val_loss,
-        "final_val_loss": validation_loss(model, dataset),
-        "seconds": history.eval_seconds[-1],
-        "n_parameters": sum(p.numel() for p in model.parameters()),
-    }
-    if cache:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save({"model": model.state_dict(), "result": result}, path)
-    return AblationResult(model=model.eval(), **result)
+
+    def train_run() -> dict:
+        generator = torch.Generator().manual_seed(seed)
+        curve = validation_batches(dataset, model.cfg.n_ctx)[:EVAL_BATCHES]
+        cycle = itertools.cycle(curve)
+        history: TrainHistory = train(
+            model,
+            lambda: get_batch(dataset.train, batch_size, model.cfg.n_ctx, generator),
+            language_model_loss,
+            dataclasses.replace(train_cfg, eval_batches=len(curve)),
+            device="cpu",
+            val_batches=lambda: next(cycle),
+            progress=progress,
+        )
+        result = {
+            "change": change.name,
+            "seed": seed,
+            "steps": history.steps,
+            "train_loss": history.train_loss,
+            "eval_steps": history.eval_steps,
+            "val_loss": history.val_loss,
+            "final_val_loss": validation_loss(model, dataset),
+            "seconds": history.eval_seconds[-1],
+            "n_parameters": sum(p.numel() for p in model.parameters()),
+        }
+        return {"model": model.state_dict(), "result": result}
+
+    what = f"the ablation row {change.name}, seed {seed}"
+    expected = train_cfg.max_steps * ABLATION_CI_SECONDS_PER_UPDATE
+    saved = load_or_train(path, train_run, what=what, expected_seconds=expected) if cache else train_run()
+    model.load_state_dict(saved["model"], strict=True)  # the weights read back (its own, when this call trained it)
+    return AblationResult(model=model.eval(), **saved["result"])
 
 
 # --- reading the results ----------------------------------------------------------------------------------------------
