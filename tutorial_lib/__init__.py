@@ -29,6 +29,7 @@ Modules follow the order of the book:
 ``models.bert``                 14  an encoder-only BERT, its masking and heads
 ``recipes.bert``                14  tiny-BERT pre-training and fine-tuning (cached)
 ``counting``                    --  parameter counting
+``stats``                       --  results over seeds, two settings compared paired by seed (a t-interval)
 ``data``                        --  tiny Shakespeare, its speeches (14), generated dates (07) and copying (13) tasks
 ``widgets``                     --  the chapters' figures and interactive explorers
 ``checks``, ``grade``           --  the exercises' checks (one module per chapter) and a grader for a class's notebooks
