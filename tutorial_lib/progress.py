@@ -23,7 +23,7 @@ CI_MACHINE = "the 2-core CI machine"
 REFRESH_SECONDS = 1.0  # at most one refresh of the Jupyter line a second
 TERMINAL_INTERVAL = 10.0  # seconds between two progress lines on stderr outside Jupyter
 
-_active: list[Progress] = []
+_open: list[Progress] = []  # the announcements in force, outermost first: only the first shows a line
 
 
 def describe_seconds(seconds: float) -> str:
@@ -100,20 +100,18 @@ def announce(what: str, expected_seconds: float | None = None) -> Iterator[Progr
 
     Nested announcements (one training run inside a sweep) show nothing of their own: the outermost line reports."""
     progress = Progress(what, expected_seconds)
-    if _active:
-        _active.append(_active[0])
-    else:
+    if not _open:
         progress.open()
-        _active.append(progress)
+    _open.append(progress)
     try:
-        yield _active[0]
+        yield _open[0]
     finally:
-        _active.pop()
-        if not _active:
+        _open.pop()
+        if not _open:
             progress.close()
 
 
 def report(text: str) -> None:
-    """Refresh the innermost announced line with ``text`` (nothing happens outside :func:`announce`)."""
-    if _active:
-        _active[-1].update(text)
+    """Refresh the shown (outermost) line with ``text``; nothing happens outside :func:`announce`."""
+    if _open:
+        _open[0].update(text)

@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import math
 import os
+import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
+from tutorial_lib.attention import causal_mask
 from tutorial_lib.progress import announce, report
 
 # ----------------------------------------------------------------------------------------------- schedules
@@ -291,8 +293,11 @@ class _CpuBf16Attention(torch.overrides.TorchFunctionMode):
             with torch.autocast("cpu", enabled=False):
                 return func(q.float(), k.float(), v.float(), *rest, **kwargs)
         *batch, n, d_head = q.shape
-        scores = torch.zeros(n, n, dtype=q.dtype) if not kwargs.get("is_causal") else torch.full((n, n), float("-inf"), dtype=q.dtype).triu(1)
-        scores = torch.baddbmm(scores, q.reshape(-1, n, d_head), k.reshape(-1, n, d_head).transpose(1, 2), alpha=d_head**-0.5)
+        scores = torch.zeros(n, n, dtype=q.dtype)  # the mask as an additive bias: 0 where a query may look, else -inf
+        if kwargs.get("is_causal"):
+            scores = scores.masked_fill(~causal_mask(n), float("-inf"))
+        scores = torch.baddbmm(scores, q.reshape(-1, n, d_head), k.reshape(-1, n, d_head).transpose(1, 2),
+                               alpha=d_head**-0.5)
         return torch.bmm(scores.softmax(dim=-1), v.reshape(-1, n, v.shape[-1])).view(*batch, n, v.shape[-1])
 
 
@@ -324,9 +329,21 @@ def save_checkpoint(path: str | Path, model: nn.Module, *, optimizer: torch.opti
         payload["optimizer"] = optimizer.state_dict()
     if config is not None:
         payload["config"] = {k: getattr(v, "value", v) for k, v in dataclasses.asdict(config).items()}
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    torch.save(payload, temporary)
-    os.replace(temporary, path)
+    save_atomically(payload, path)
+
+
+def save_atomically(payload: dict[str, Any], path: Path) -> None:
+    """``torch.save`` to a temporary file beside ``path``, renamed to ``path`` once complete: whoever reads ``path``
+    finds the old file or the new one, never half of one, and a failed save leaves nothing behind."""
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as file:
+            torch.save(payload, file)
+        os.chmod(temporary, 0o644)  # mkstemp's file is private (0o600); torch.save's own would be readable
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 def load_checkpoint(path: str | Path, model: nn.Module, *, optimizer: torch.optim.Optimizer | None = None, map_location: Any = "cpu") -> dict:

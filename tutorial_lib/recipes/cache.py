@@ -13,8 +13,6 @@ plain containers only, never arbitrary code.
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ from filelock import FileLock, Timeout
 
 from tutorial_lib.data.shakespeare import default_cache_dir
 from tutorial_lib.progress import announce, report
+from tutorial_lib.training import save_atomically
 
 
 def cached_model_path(kind: str, settings: tuple, checkpoint_dir: str | Path | None = None) -> Path:
@@ -61,20 +60,7 @@ def load_or_train(
             if path.exists():  # the process that held the lock saved it
                 return torch.load(path, map_location="cpu", weights_only=True)
             payload = train()
-            _save_atomically(payload, path)
+            save_atomically(payload, path)
             return payload
         finally:
             lock.release()
-
-
-def _save_atomically(payload: dict[str, Any], path: Path) -> None:
-    """``torch.save`` to a temporary file beside ``path``, renamed to ``path`` once complete (none left on failure)."""
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as file:
-            torch.save(payload, file)
-        os.chmod(temporary, 0o644)  # mkstemp's file is private (0o600); torch.save's own would be readable
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise

@@ -97,7 +97,7 @@ def train_char_gpt(
         callbacks=callbacks,
         progress=progress,
         precision=precision,
-        expected_seconds=train_cfg.max_steps * CI_SECONDS_PER_UPDATE.get(type(model).__name__, 0.18),
+        expected_seconds=train_cfg.max_steps * CI_SECONDS_PER_UPDATE.get(type(model).__name__, CI_SECONDS_PER_UPDATE["GPT"]),
     )
     return model, history
 
