@@ -9,7 +9,7 @@ export MPLBACKEND := agg
 export OMP_NUM_THREADS ?= 2
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: venv book book-assets colab-wheels test test-unit test-notebooks test-book test-browser screenshots execute clean exercises
+.PHONY: venv lab book book-assets colab-wheels test test-unit test-notebooks test-book test-browser screenshots execute clean exercises
 
 $(STAMP): requirements.txt pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -20,6 +20,18 @@ $(STAMP): requirements.txt pyproject.toml
 	touch $@
 
 venv: $(STAMP)
+
+# JupyterLab (and nbconvert) for working through the notebooks: pinned in requirements-lab.txt, installed into .venv
+# with requirements.txt as constraints (the pinned kernel and notebook packages stay), on first use only.
+LAB_STAMP := $(VENV)/.lab-installed
+$(LAB_STAMP): $(STAMP) requirements-lab.txt
+	$(PY) -m pip install -q -r requirements-lab.txt -c requirements.txt
+	touch $@
+
+## lab: open JupyterLab on exercises/ (the chapters are one folder up in its file browser)
+lab: $(LAB_STAMP)
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir="$(CURDIR)" --ServerApp.default_url=/lab/tree/exercises \
+		$(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 # `time` before a stage's command: each stage of make test prints how long it took (the CI log's split).
 TIMED = TIMEFORMAT='$@: %0R s'; time

@@ -210,3 +210,45 @@ def test_wrong_dtypes_are_rejected_with_value_errors():
         sdpa(q, k, v, torch.ones(3, 3))
     with pytest.raises(ValueError, match="mask must be a bool tensor"):
         inspect.unwrap(attention)(q, k, v, torch.ones(3, 3), fast=True)
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda q, k, v: (q[0, 0], k, v), "q must have shape \\(..., positions, features\\), at least 2-D, got \\(8,\\)"),
+        (lambda q, k, v: (q, k[..., :2], v), "k's last axis \\(d_head\\) must equal q's"),
+        (lambda q, k, v: (q, k, v[:, :2]), "v must have one row per key"),
+        (lambda q, k, v: (q, k.repeat(3, 1, 1), v.repeat(3, 1, 1)), "the batch axes of q, k and v do not broadcast"),
+        (lambda q, k, v: (q, k.double(), v), "q, k and v must share one dtype"),
+        (lambda q, k, v: (q.long(), k, v), "q must be a floating-point tensor"),
+        (lambda q, k, v: ([[1.0]], k, v), "q must be a tensor, got list"),
+    ],
+    ids=["1-D q", "d_head", "v rows", "batch", "dtypes", "integer q", "list"],
+)
+def test_attention_names_the_argument_that_is_wrong(make, message):
+    q, k, v = qkv(2, query_pos=3, key_pos=5)
+    with pytest.raises(ValueError, match=message):
+        inspect.unwrap(scaled_dot_product_attention)(*make(q, k, v))
+
+
+def test_a_mask_that_does_not_broadcast_to_the_scores_is_named():
+    q, k, v = qkv(query_pos=3, key_pos=5)
+    with pytest.raises(ValueError, match=r"mask must broadcast to the scores' shape .* got \(3, 3\)"):
+        inspect.unwrap(scaled_dot_product_attention)(q, k, v, torch.ones(3, 3, dtype=torch.bool))
+
+
+def test_masks_take_numpy_integers_and_padding_mask_names_a_list():
+    np = pytest.importorskip("numpy")
+    # Unwrapped: the test run's jaxtyping hook would refuse np.int64 for an `int` annotation before the function does.
+    assert torch.equal(inspect.unwrap(causal_mask)(np.int64(4)), causal_mask(4))
+    assert torch.equal(inspect.unwrap(padding_mask)(torch.tensor([2, 3]), np.int64(5)), padding_mask(torch.tensor([2, 3]), 5))
+    with pytest.raises(ValueError, match="lengths must be a 1-D integer tensor .* got list"):
+        inspect.unwrap(padding_mask)([2, 3], 5)
+    with pytest.raises(ValueError, match="seq_len must be a positive int, got True"):
+        inspect.unwrap(causal_mask)(True)
+
+
+def test_a_long_argument_is_shortened_in_the_message():
+    with pytest.raises(ValueError, match=r"got \[0, 1, 2, .*… \(\d+ characters\)$") as error:
+        padding_mask(torch.arange(1000), 5)
+    assert len(str(error.value)) < 160

@@ -6,9 +6,12 @@ implementations in ``tutorial_lib/checks/ch03.py``: a mistake must be recognised
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import math
 import pkgutil
+import types
 import re
 import signal
 import sys
@@ -214,10 +217,25 @@ LEARNER_MISTAKES = [
     ("03.sliding_window_mask", window_first_keys, "window_from_the_start"),
 ]
 
+def as_a_learner_wrote_it(obj):
+    """The same code, defined outside tutorial_lib (in ``__main__``, as a notebook defines it): a check refuses the
+    package's own objects, so the tests that need a correct answer hand over a copy."""
+    obj = inspect.unwrap(obj)
+    if isinstance(obj, type):
+        return type(obj.__name__, (obj,), {"__module__": "__main__", "__qualname__": obj.__qualname__})
+    if isinstance(obj, functools.partial):
+        return functools.partial(as_a_learner_wrote_it(obj.func), *obj.args, **obj.keywords)
+    if not isinstance(obj, types.FunctionType):
+        return lambda *args, **kwargs: obj(*args, **kwargs)
+    copy = types.FunctionType(obj.__code__, obj.__globals__, obj.__name__, obj.__defaults__, obj.__closure__)
+    copy.__kwdefaults__, copy.__module__, copy.__qualname__ = obj.__kwdefaults__, "__main__", obj.__qualname__
+    return copy
+
+
 REFERENCES = {
-    "03.attention": scaled_dot_product_attention,
+    "03.attention": as_a_learner_wrote_it(scaled_dot_product_attention),
     "03.causal_mask": lambda seq_len: causal_mask(seq_len),
-    "03.padding_mask": padding_mask,
+    "03.padding_mask": as_a_learner_wrote_it(padding_mask),
     "03.sliding_window_mask": lambda seq_len, window: sliding_window_mask(seq_len, window),
 }
 
@@ -227,12 +245,26 @@ REFERENCES = {
 
 @pytest.mark.parametrize("exercise", ALL_EXERCISES, ids=lambda exercise: exercise.id)
 def test_the_reference_passes(exercise, capsys):
-    result = check(exercise.id, exercise.reference)
+    result = check(exercise.id, as_a_learner_wrote_it(exercise.reference))
     assert result.passed and result.kind == "passed"
     assert result.points == result.max_points > 0
     assert result.mistake is None
     assert "correct" in result.verdict and "seeded cases" in result.verdict
     assert capsys.readouterr().out == result.verdict + "\n"
+
+
+@pytest.mark.parametrize("exercise", ALL_EXERCISES, ids=lambda exercise: exercise.id)
+def test_the_reference_itself_is_refused_as_the_librarys_code(exercise):
+    result = check(exercise.id, exercise.reference)
+    assert (result.kind, result.points) == ("library_answer", 0)
+    assert result.summary.startswith("tutorial_lib's own code, not yours: the answer is ")
+    assert "imported rather than written" in result.verdict
+
+
+def test_a_package_function_is_refused_and_a_learners_call_of_it_is_not():
+    result = check("03.causal_mask", causal_mask)
+    assert result.summary == "tutorial_lib's own code, not yours: the answer is `causal_mask` from `tutorial_lib.attention`"
+    assert check("03.causal_mask", lambda seq_len: causal_mask(seq_len)).passed  # written by the learner, using it
 
 
 @pytest.mark.parametrize("exercise_id", sorted(REFERENCES))
@@ -464,7 +496,7 @@ def test_verdicts_are_one_plain_paragraph_and_deterministic(capsys):
 def test_strict_mode_raises_on_a_wrong_answer_only():
     with pytest.raises(AssertionError, match="divided the scores by d_k"):
         check("03.attention", divide_by_d_k, strict=True)
-    assert check("03.attention", scaled_dot_product_attention, strict=True).passed
+    assert check("03.attention", as_a_learner_wrote_it(scaled_dot_product_attention), strict=True).passed
 
     def stub(q, k, v, mask=None):
         raise NotImplementedError
@@ -483,8 +515,10 @@ def test_results_are_logged_as_json_lines(tmp_path, monkeypatch):
     log = tmp_path / "checks.jsonl"
     monkeypatch.setenv(core.LOG_ENV, str(log))
     check("03.causal_mask", causal_strict)
-    check("03.padding_mask", padding_mask)
+    with core.graded_cell("s3cret"):
+        check("03.padding_mask", as_a_learner_wrote_it(padding_mask))
     first, second = (json.loads(line) for line in log.read_text().splitlines())
+    assert "cell_secret" not in first and second["cell_secret"] == "s3cret"  # only the grader's cells carry it
     assert first["exercise_id"] == "03.causal_mask" and first["points"] == 0 and first["max_points"] == 1
     assert first["mistake"] == "excluded_diagonal" and first["passed"] is False
     assert first["summary"] == "wrong values: left out the diagonal"

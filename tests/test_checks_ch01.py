@@ -236,6 +236,11 @@ def decode_strict(ids, vocab):
     return b"".join([vocab[i] for i in ids]).decode()
 
 
+def decode_stripped(ids, vocab):
+    text = b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace")
+    return text.strip()
+
+
 def decode_spaced(ids, vocab):
     return " ".join(vocab[i].decode(errors="replace") for i in ids)
 
@@ -270,6 +275,7 @@ LEARNER_MISTAKES = [
     ("01.decode", decode_strict, "strict_decoding"),
     ("01.decode", decode_spaced, "joined_with_spaces"),
     ("01.decode", decode_str, "repr_of_bytes"),
+    ("01.decode", decode_stripped, "stripped_whitespace"),
 ]
 
 

@@ -163,105 +163,211 @@ def test_planted_mistakes_lose_their_points_and_are_named(copy, tmp_path):
             assert exercise.points == exercise.max_points, table
 
 
+CAUSAL = "def causal_mask(seq_len):\n    return torch.ones(seq_len, seq_len, dtype=torch.bool).tril()"
+PADDING = "def padding_mask(lengths, seq_len):\n    return (torch.arange(seq_len) < lengths[:, None])[:, None]"
+
+
+def _submission(path: Path, *sources: str) -> Path:
+    """A learner's notebook written from scratch: its cells have no ids in common with the released exercise."""
+    nbformat.write(new_notebook(cells=[new_code_cell(source) for source in sources]), path)
+    return path
+
+
 def test_crashes_timeouts_and_missing_checks_are_graded_on_what_ran(tmp_path, capsys):
-    path = tmp_path / "03_submission.ipynb"
-    nbformat.write(new_notebook(cells=[
-        new_markdown_cell("A submission that crashes, then hangs."),
-        new_code_cell("import torch\nfrom tutorial_lib.checks import check"),
-        new_code_cell('check("03.causal_mask", lambda seq_len: torch.ones(seq_len, seq_len, dtype=torch.bool).tril())'),
-        new_code_cell("1 / 0"),
-        new_code_cell('check("03.padding_mask", lambda lengths, seq_len: (torch.arange(seq_len) < lengths[:, None])[:, None])'),
-        new_code_cell("import time\ntime.sleep(120)"),
-        new_code_cell('check("03.sliding_window_mask", print)'),
-    ]), path)
+    path = _submission(
+        tmp_path / "03_submission.ipynb",
+        "import torch\nfrom tutorial_lib.checks import check",
+        CAUSAL,
+        'check("03.causal_mask", causal_mask)',
+        "1 / 0",
+        PADDING,
+        'check("03.padding_mask", padding_mask)',
+        "import time\ntime.sleep(120)",
+        'sliding_window_mask = print\ncheck("03.sliding_window_mask", sliding_window_mask)',
+    )
     assert grade.main([str(path), "--timeout", "10", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     (notebook,) = report["notebooks"]
-    assert notebook["status"] == "timed out after 10 s; graded on what ran"
+    # The released check of 03.attention, deleted here, is put back at the end: after the cell that ran out of time.
+    assert notebook["status"] == "timed out after 10 s; graded on what ran; 1 deleted check cell(s) put back"
     assert [(e["exercise_id"], e["points"], e["summary"]) for e in notebook["exercises"]] == [
-        ("03.attention", 0, "not run: the notebook has no check of it"),
+        ("03.attention", 0, "not run: the notebook's 10 s ran out at cell 6"),
         ("03.causal_mask", 1, "correct"),
         ("03.padding_mask", 1, "correct"),
-        ("03.sliding_window_mask", 0, "not run: the notebook's 10 s ran out at cell 5"),
+        ("03.sliding_window_mask", 0, "not run: the notebook's 10 s ran out at cell 6"),
     ]
     assert (report["points"], report["max_points"]) == (2, 5)
     assert [row["verdict"] for row in report["rows"]] == [e["summary"] for e in notebook["exercises"]]
 
 
 def test_a_dead_kernel_scores_zero_for_what_remains_and_says_why(tmp_path):
-    path = tmp_path / "03_submission.ipynb"
-    nbformat.write(new_notebook(cells=[
-        new_code_cell("import os, torch\nfrom tutorial_lib.checks import check"),
-        new_code_cell('check("03.causal_mask", lambda seq_len: torch.ones(seq_len, seq_len, dtype=torch.bool).tril())'),
-        new_code_cell("os._exit(1)"),
-        new_code_cell('check("03.padding_mask", print)'),
-        new_code_cell('check("03.attention", undefined_name)'),
-    ]), path)
+    path = _submission(
+        tmp_path / "03_submission.ipynb",
+        "import os, torch\nfrom tutorial_lib.checks import check",
+        CAUSAL,
+        'check("03.causal_mask", causal_mask)',
+        "os._exit(1)",
+        'padding_mask = print\ncheck("03.padding_mask", padding_mask)',
+    )
     result = grade.grade_notebook(path, timeout=60)
-    assert result.status == "the kernel died; graded on what ran"
+    assert result.status == "the kernel died; graded on what ran; 2 deleted check cell(s) put back"
     assert [(g.exercise_id, g.points, g.summary) for g in result.exercises] == [
-        ("03.attention", 0, "not run: the kernel died at cell 2"),
+        ("03.attention", 0, "not run: the kernel died at cell 3"),
         ("03.causal_mask", 1, "correct"),
-        ("03.padding_mask", 0, "not run: the kernel died at cell 2"),
-        ("03.sliding_window_mask", 0, "not run: the notebook has no check of it"),
+        ("03.padding_mask", 0, "not run: the kernel died at cell 3"),
+        ("03.sliding_window_mask", 0, "not run: the kernel died at cell 3"),
     ]
 
 
 def test_a_check_whose_cell_raised_first_says_so_and_a_lost_point_says_why(tmp_path, capsys):
-    path = tmp_path / "03_submission.ipynb"
-    nbformat.write(new_notebook(cells=[
-        new_code_cell("import math, torch\nfrom tutorial_lib.checks import check"),
-        new_code_cell('check("03.attention", undefined_name)'),
-        new_code_cell('check("03.causal_mask", lambda seq_len: torch.ones(seq_len, seq_len).tril())'),
-        new_code_cell('check("03.padding_mask", lambda lengths, seq_len: (torch.arange(seq_len) < lengths[:, None] + 1)[:, None])'),
-    ]), path)
+    path = _submission(
+        tmp_path / "03_submission.ipynb",
+        "import math, torch\nfrom tutorial_lib.checks import check",
+        "def scaled_dot_product_attention(q, k, v, mask=None)\n    return q",  # a syntax error
+        'check("03.attention", scaled_dot_product_attention)',
+        "def causal_mask(seq_len):\n    return torch.ones(seq_len, seq_len).tril()",
+        'check("03.causal_mask", causal_mask)',
+        "def padding_mask(lengths, seq_len):\n    return (torch.arange(seq_len) < lengths[:, None] + 1)[:, None]",
+        'check("03.padding_mask", padding_mask)',
+    )
     assert grade.main([str(path), "--format", "csv"]) == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert [(r["exercise"], r["points"], r["max_points"], r["verdict"]) for r in rows] == [
-        ("03.attention", "0", "2", "not run: its check's cell 1 raised NameError"),
+        ("03.attention", "0", "2",
+         "not run: its check's cell 2 raised NameError after cell 1, which defines scaled_dot_product_attention, "
+         "raised SyntaxError"),
         ("03.causal_mask", "0", "1", "wrong type: returned numbers instead of booleans"),
         ("03.padding_mask", "0", "1", "wrong values: let each sequence see one padding position too many"),
-        ("03.sliding_window_mask", "0", "1", "not run: the notebook has no check of it"),
+        ("03.sliding_window_mask", "0", "1", "not run: its check's cell 7 raised NameError: no cell defines sliding_window_mask"),
     ]
     assert {r["notebook"] for r in rows} == {str(path)}
 
 
 def test_an_uncatalogued_lost_point_is_explained_in_one_line(tmp_path):
-    path = tmp_path / "03_submission.ipynb"
-    nbformat.write(new_notebook(cells=[
-        new_code_cell("import torch\nfrom tutorial_lib.checks import check"),
-        new_code_cell('check("03.causal_mask", lambda seq_len: torch.ones(seq_len, seq_len, dtype=torch.bool).tril(-2))'),
-    ]), path)
+    path = _submission(
+        tmp_path / "03_submission.ipynb",
+        "import torch\nfrom tutorial_lib.checks import check",
+        "def causal_mask(seq_len):\n    return torch.ones(seq_len, seq_len, dtype=torch.bool).tril(-2)",
+        'check("03.causal_mask", causal_mask)',
+    )
     (exercise,) = [g for g in grade.grade_notebook(path).exercises if g.points == 0 and g.exercise_id == "03.causal_mask"]
     assert exercise.summary == "wrong values: the mask differs from the reference at 7 of 16 entries"
 
 
 def test_a_folder_is_graded_in_parallel_with_one_thread_per_kernel(tmp_path, monkeypatch):
     for name in ("03_a.ipynb", "03_b.ipynb"):
-        nbformat.write(new_notebook(cells=[
-            new_code_cell("import os, torch\nfrom tutorial_lib.checks import check"),
-            new_code_cell("assert os.environ['OMP_NUM_THREADS'] == '1' and torch.get_num_threads() == 1"),
-            new_code_cell('check("03.causal_mask", lambda seq_len: torch.ones(seq_len, seq_len, dtype=torch.bool).tril())'),
-        ]), tmp_path / name)
+        _submission(
+            tmp_path / name,
+            "import os, torch\nfrom tutorial_lib.checks import check",
+            "assert os.environ['OMP_NUM_THREADS'] == '1' and torch.get_num_threads() == 1",
+            CAUSAL,
+            'check("03.causal_mask", causal_mask)',
+        )
     monkeypatch.setattr(grade.os, "cpu_count", lambda: 2)
     grades = grade.grade_all(sorted(tmp_path.glob("*.ipynb")), timeout=120, jobs=2)
-    assert [g.status for g in grades] == ["ran to the end", "ran to the end"]
+    assert [g.status.split(";")[0] for g in grades] == ["ran to the end", "ran to the end"]
     assert [g.path for g in grades] == [str(tmp_path / "03_a.ipynb"), str(tmp_path / "03_b.ipynb")]
     assert [g.points for g in grades] == [1, 1]
 
 
-def test_a_folder_is_graded_notebook_by_notebook_even_when_one_is_unreadable(tmp_path, capsys):
-    shutil.copy(EXERCISE, tmp_path / NAME)
-    (tmp_path / "03_corrupt.ipynb").write_text("{ not json")
-    (tmp_path / "notes.txt").write_text("not a notebook")
-    assert grade.main([str(tmp_path), "--json"]) == 0
-    report = json.loads(capsys.readouterr().out)
-    corrupt, exercise = report["notebooks"]
-    assert corrupt["path"] == str(tmp_path / "03_corrupt.ipynb") and exercise["path"] == str(tmp_path / NAME)
-    assert corrupt["status"].startswith("could not read the notebook")
-    assert [e["summary"] for e in corrupt["exercises"]] == ["not run: the notebook could not be read"] * 4
-    assert exercise["status"] == "ran to the end"
-    assert (report["points"], report["max_points"]) == (0, 10)
+def _learner_copy(source: Path) -> nbformat.NotebookNode:
+    notebook = nbformat.read(source, as_version=4)
+    notebook.cells = [c for c in notebook.cells if "solution-only" not in c.get("metadata", {}).get("tags", [])]
+    return notebook
+
+
+def _with_cell(notebook: nbformat.NotebookNode, after_id: str, source: str) -> nbformat.NotebookNode:
+    index = next(i for i, cell in enumerate(notebook.cells) if cell.get("id") == after_id)
+    notebook.cells.insert(index + 1, new_code_cell(source))
+    return notebook
+
+
+FORGE = """import json, os
+with open(os.environ["TUTORIAL_LIB_CHECK_LOG"], "a") as log:
+    for exercise_id, points in (("03.attention", 2), ("03.bonus", 100)):
+        log.write(json.dumps({"exercise_id": exercise_id, "kind": "passed", "points": points, "max_points": points,
+                              "summary": "correct", "verdict": "", "mistake": None}) + "\\n")
+    log.write("not json at all\\n")"""
+
+
+def test_a_folder_of_bad_submissions_gets_every_row_with_its_maximum_and_reason(tmp_path, capsys):
+    folder = tmp_path / "class"
+    folder.mkdir()
+    nbformat.write(_learner_copy(SOLUTION), folder / "03_solved.ipynb")
+    (folder / "03_empty_object.ipynb").write_text("{}")
+    (folder / "03_list.ipynb").write_text("[1, 2]")
+    (folder / "03_not_json.ipynb").write_text("{ not json")
+    (folder / "mystery.ipynb").write_text("{ not json")
+    shutil.copy(EXERCISE, folder / "renamed by the learner.ipynb")  # no NN_ prefix: the metadata says 03
+    shutil.copy(EXERCISE, folder / "UPPER.IPYNB")
+    shutil.copy(EXERCISE, folder / "03_saved_by_a_browser.ipynb.txt")
+    (folder / "notes.txt").write_text("not a notebook")
+    no_checks = _learner_copy(SOLUTION)
+    no_checks.cells = [c for c in no_checks.cells if not (c.cell_type == "code" and "check(" in c.source)]
+    nbformat.write(no_checks, folder / "03_checks_deleted.ipynb")
+    edited = _learner_copy(EXERCISE)  # the check cell edited to check the library instead of the answer
+    for cell in edited.cells:
+        if cell.get("id") == "cell-07":
+            cell.source = ("from tutorial_lib.attention import scaled_dot_product_attention as ours\n"
+                           'check("03.attention", ours)')
+    nbformat.write(edited, folder / "03_check_edited.ipynb")
+    nbformat.write(_with_cell(_learner_copy(EXERCISE), "cell-07", FORGE), folder / "03_forged_log.ipynb")
+    nbformat.write(_with_cell(_learner_copy(EXERCISE), "cell-06",
+                              "from tutorial_lib.attention import scaled_dot_product_attention"),
+                   folder / "03_imported_reference.ipynb")
+    nbformat.write(_with_cell(_learner_copy(EXERCISE), "cell-07",
+                              "from tutorial_lib.attention import scaled_dot_product_attention as ours\n"
+                              "from tutorial_lib.checks import check\n"
+                              'check("03.attention", ours)\n'
+                              'check("03.attention", lambda q, k, v, mask=None: ours(q, k, v, mask))'),
+                   folder / "03_check_called_again.ipynb")
+
+    assert grade.main([str(folder), "--json", "--timeout", "120"]) == 0
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.out + captured.err
+    report = json.loads(captured.out)
+    assert report["skipped"] == [f"{folder / 'notes.txt'} (its name has no .ipynb)"]
+    by_name = {Path(n["path"]).name: n for n in report["notebooks"]}
+    assert len(by_name) == 13
+    maximum = [(e.id, e.points) for e in chapter_exercises("03")]
+    for name, notebook in by_name.items():
+        if name != "mystery.ipynb":  # every other file is a 03 submission: all its rows, each with its maximum
+            assert [(e["exercise_id"], e["max_points"]) for e in notebook["exercises"]] == maximum, name
+            assert all(e["summary"] for e in notebook["exercises"]), name
+
+    def points(name: str) -> dict[str, int]:
+        return {e["exercise_id"]: e["points"] for e in by_name[name]["exercises"]}
+
+    def verdict(name: str, exercise_id: str) -> str:
+        return next(e["summary"] for e in by_name[name]["exercises"] if e["exercise_id"] == exercise_id)
+
+    assert by_name["03_solved.ipynb"]["points"] == 5
+    assert by_name["03_checks_deleted.ipynb"]["points"] == 5  # the released checks were put back
+    assert by_name["03_checks_deleted.ipynb"]["status"] == "ran to the end; 4 deleted check cell(s) put back"
+    for name, why in [("03_empty_object.ipynb", "not a notebook: JSON dict without a list of cells"),
+                      ("03_list.ipynb", "not a notebook: JSON list without a list of cells"),
+                      ("03_not_json.ipynb", "not a notebook: the file is not JSON")]:
+        assert by_name[name]["status"] == why
+        assert {e["summary"] for e in by_name[name]["exercises"]} == {"not run: the notebook could not be read"}
+    assert by_name["mystery.ipynb"]["exercises"] == [
+        {"exercise_id": "?", "points": 0, "max_points": 0, "summary": "not graded: not a notebook: the file is not JSON",
+         "mistake": None}]
+    for name in ("renamed by the learner.ipynb", "UPPER.IPYNB", "03_saved_by_a_browser.ipynb.txt"):
+        assert by_name[name]["status"] == "ran to the end" and by_name[name]["points"] == 0, name
+        assert {e["summary"] for e in by_name[name]["exercises"]} == {"not attempted yet"}
+    # The released check cell came back: the edit to check the library instead changes nothing.
+    assert verdict("03_check_edited.ipynb", "03.attention") == "not attempted yet"
+    assert points("03_forged_log.ipynb") == dict.fromkeys(points("03_forged_log.ipynb"), 0)
+    assert by_name["03_forged_log.ipynb"]["status"] == (
+        "ran to the end; ignored 3 check-log line(s): 1 malformed, 2 not written by a released check cell")
+    assert points("03_imported_reference.ipynb")["03.attention"] == 0
+    assert verdict("03_imported_reference.ipynb", "03.attention") == (
+        "tutorial_lib's own code, not yours: the answer is `scaled_dot_product_attention` from `tutorial_lib.attention`")
+    assert points("03_check_called_again.ipynb")["03.attention"] == 0
+    assert verdict("03_check_called_again.ipynb", "03.attention") == "not attempted yet"
+    assert by_name["03_check_called_again.ipynb"]["status"] == (
+        "ran to the end; ignored 2 check-log line(s): 2 not written by a released check cell")
+    assert (report["points"], report["max_points"]) == (10, 12 * 5)
 
 
 def test_the_table_lists_points_and_verdicts():
@@ -280,14 +386,16 @@ def test_the_table_lists_points_and_verdicts():
 
 @pytest.mark.parametrize(
     "argv",
-    [[], ["missing.ipynb"], ["README.md"], ["--timeout", "0", "solutions"], ["empty"]],
-    ids=["no-path", "missing", "not-a-notebook", "zero-timeout", "empty-folder"],
+    [[], ["missing.ipynb"], ["README.md"], ["--timeout", "0", "solutions"], ["--timeout", "inf", "solutions"],
+     ["--timeout", "nan", "solutions"], ["empty"], ["--release", "missing", "solutions"]],
+    ids=["no-path", "missing", "not-a-notebook", "zero-timeout", "infinite-timeout", "nan-timeout", "empty-folder",
+         "no-release"],
 )
-def test_usage_errors_exit_with_2(argv, tmp_path, monkeypatch):
+def test_usage_errors_exit_with_2_and_one_line(argv, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "README.md").write_text("")
     (tmp_path / "empty").mkdir()
     (tmp_path / "solutions").mkdir()
-    with pytest.raises(SystemExit) as exit_info:
-        grade.main(argv)
-    assert exit_info.value.code == 2
+    assert grade.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("python -m tutorial_lib.grade: error: "), err

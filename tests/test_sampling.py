@@ -202,3 +202,17 @@ def test_generate_zero_new_tokens(model):
 def test_generate_bad_arguments(model, tokens, max_new_tokens, argument):
     with pytest.raises(ValueError, match=argument):
         generate(model, tokens, max_new_tokens)
+
+
+def test_generate_names_a_list_a_float_tensor_and_takes_numpy_integers(model):
+    np = pytest.importorskip("numpy")
+    run = inspect.unwrap(generate)
+    with pytest.raises(ValueError, match=r"tokens must be an integer tensor of shape \(batch, seq\), got list"):
+        run(model, [[1, 2]], 3)
+    with pytest.raises(ValueError, match="tokens must hold integer token ids, got dtype torch.float32"):
+        run(model, PROMPT.float(), 3)
+    same_draws = (torch.Generator().manual_seed(0), torch.Generator().manual_seed(0))
+    assert torch.equal(run(model, PROMPT, np.int64(2), generator=same_draws[0]),
+                       generate(model, PROMPT, 2, generator=same_draws[1]))
+    logits = torch.arange(5.0)[None]
+    assert torch.equal(inspect.unwrap(top_k_filter)(logits, np.int64(2)), top_k_filter(logits, 2))

@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, from PyPI (requirements.txt installs it there)
+    import tomli as tomllib
 
 from packaging.requirements import Requirement
 

@@ -7,8 +7,8 @@ writes the header cells for the exercises file (from ``_config.yml``). Every ``c
 one solution block.
 
 Exercise notebooks are stored executed, by ``tools/execute_notebooks.py`` as ``make execute`` does: their outputs are
-the "not attempted yet" verdicts, compared by nbval. So the drift check compares sources (cell types, sources, tags)
-and that every code cell has run, never outputs.
+the "not attempted yet" verdicts, compared by nbval. So the drift check compares sources (cell types, sources, tags,
+and the ``tutorial_lib.assignment`` metadata the grader reads) and that every code cell has run, never outputs.
 
     python tools/make_exercises.py            # regenerate; execute only the notebooks whose sources changed
     python tools/make_exercises.py --force    # regenerate and execute all of them
@@ -107,12 +107,15 @@ def make_exercise_notebook(solution: NotebookNode, name: str, root: Path = ROOT)
     if blocks_total == 0:
         raise MarkerError(f"solutions/{name} has no '# BEGIN SOLUTION' ... '# END SOLUTION' block")
     exercise.cells = cells
+    # The grader (tutorial_lib.grade) reads the assignment from here, the file name being only its fallback.
+    exercise.metadata["tutorial_lib"] = {"assignment": name[:2]}
     return apply_header(exercise, root / "exercises" / name, root)
 
 
 def sources(notebook: NotebookNode) -> list[tuple[str, str, list[str]]]:
-    """What the drift check compares: each cell's type, source and tags."""
-    return [(cell.cell_type, cell.source, list(cell.get("metadata", {}).get("tags", []))) for cell in notebook.cells]
+    """What the drift check compares: each cell's type, source and tags, and the assignment the grader reads."""
+    return [(cell.cell_type, cell.source, list(cell.get("metadata", {}).get("tags", []))) for cell in notebook.cells] + [
+        ("metadata", str(notebook.metadata.get("tutorial_lib")), [])]
 
 
 def is_executed(notebook: NotebookNode) -> bool:

@@ -7,6 +7,7 @@ Modules follow the order of the book:
 ``embeddings``                  02  token embedding, learned and sinusoidal positions
 ``attention``                   03  scaled dot-product attention and its masks
 ``multi_head``                  04  multi-head attention (loop and fused)
+``head_ablation``               04  knocking heads out: a head's output replaced by its mean (or zero)
 ``feed_forward``                05  position-wise feed-forward, SwiGLU
 ``normalization``               06  LayerNorm, RMSNorm
 ``blocks``                      06  residual blocks with post-, pre- and sandwich norm
@@ -25,7 +26,7 @@ Modules follow the order of the book:
 ``rope``                        12  rotary position embeddings
 ``models.llama``                12  a LLaMA-style decoder (RoPE, RMSNorm, SwiGLU)
 ``recipes.positions``           12  learned, rotary and sinusoidal positions compared
-``efficient_attention``         13  sliding window, linear and tiled attention
+``efficient_attention``         13  sliding window, linear and tiled attention, FlashAttention's backward
 ``models.bert``                 14  an encoder-only BERT, its masking and heads
 ``recipes.bert``                14  tiny-BERT pre-training and fine-tuning (cached)
 ``counting``                    --  parameter counting

@@ -7,6 +7,7 @@ broadcastable to ``(..., query_pos, key_pos)``. It is the convention of ``F.scal
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 import torch.nn.functional as F
@@ -25,10 +26,10 @@ def scaled_dot_product_attention(
     ``mask`` is boolean, True where a query may attend to a key, broadcastable to ``(..., query_pos, key_pos)``.
     A query whose keys are all masked gets zero weights and a zero output (not NaN).
     """
+    _check_qkv(q, k, v, mask)
     d_head = q.shape[-1]
     scores = q @ k.transpose(-2, -1) / math.sqrt(d_head)
     if mask is not None:
-        _check_mask(mask)
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = torch.softmax(scores, dim=-1)
     if mask is not None:
@@ -100,10 +101,13 @@ def padding_mask(lengths: Int[Tensor, " batch"], seq_len: int) -> Bool[Tensor, "
     The singleton axis broadcasts over the queries: padding keys are hidden from every query.
     """
     _check_positive_int("seq_len", seq_len)
+    if not isinstance(lengths, Tensor) or lengths.dim() != 1:
+        got = f"shape {tuple(lengths.shape)}" if isinstance(lengths, Tensor) else type(lengths).__name__
+        raise ValueError(f"lengths must be a 1-D integer tensor (one length per sequence), got {got}")
     if lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
         raise ValueError(f"lengths must be an integer tensor, got dtype {lengths.dtype}")
     if lengths.numel() and (lengths.min() < 0 or lengths.max() > seq_len):
-        raise ValueError(f"lengths must lie in [0, seq_len={seq_len}], got {lengths.tolist()}")
+        raise ValueError(f"lengths must lie in [0, seq_len={seq_len}], got {_shortened(lengths.tolist())}")
     positions = torch.arange(seq_len, device=lengths.device)
     return (positions[None, :] < lengths[:, None])[:, None, :]
 
@@ -123,11 +127,49 @@ def bidirectional_mask(seq_len: int, device: torch.device | str | None = None) -
     return torch.ones(seq_len, seq_len, dtype=torch.bool, device=device)
 
 
-def _check_mask(mask: Tensor) -> None:
-    if mask.dtype != torch.bool:
-        raise ValueError(f"mask must be a bool tensor (True = may attend), got dtype {mask.dtype}")
+def _check_mask(mask: object) -> None:
+    if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+        got = f"dtype {mask.dtype}" if isinstance(mask, Tensor) else type(mask).__name__
+        raise ValueError(f"mask must be a bool tensor (True = may attend), got {got}")
+
+
+def _check_qkv(q: object, k: object, v: object, mask: object) -> None:
+    """Errors that name the argument, before torch's own (\"Expected size for first two dimensions of batch2…\")."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, Tensor):
+            raise ValueError(f"{name} must be a tensor, got {type(x).__name__}")
+        if x.dim() < 2:
+            raise ValueError(f"{name} must have shape (..., positions, features), at least 2-D, got {tuple(x.shape)}")
+        if not x.dtype.is_floating_point:
+            raise ValueError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+    if not q.dtype == k.dtype == v.dtype:
+        raise ValueError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
+    if k.shape[-1] != q.shape[-1]:
+        raise ValueError(f"k's last axis (d_head) must equal q's: q {tuple(q.shape)}, k {tuple(k.shape)}")
+    if v.shape[-2] != k.shape[-2]:
+        raise ValueError(f"v must have one row per key (k's second-to-last axis): k {tuple(k.shape)}, v {tuple(v.shape)}")
+    try:
+        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except RuntimeError:
+        raise ValueError(f"the batch axes of q, k and v do not broadcast: q {tuple(q.shape)}, k {tuple(k.shape)}, "
+                         f"v {tuple(v.shape)}") from None
+    if mask is not None:
+        _check_mask(mask)
+        scores = (*batch, q.shape[-2], k.shape[-2])
+        try:
+            torch.broadcast_shapes(mask.shape, scores)
+        except RuntimeError:
+            raise ValueError(f"mask must broadcast to the scores' shape (..., query_pos, key_pos) = {scores}, "
+                             f"got {tuple(mask.shape)}") from None
+
+
+def _shortened(value: object, limit: int = 80) -> str:
+    """``repr(value)``, cut to ``limit`` characters: an error message quotes the argument, not all of it."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit - 15]}… ({len(text)} characters)"
 
 
 def _check_positive_int(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    """A positive integer: a Python int or a numpy/torch-free integral type (np.int64), never a bool."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {_shortened(value)}")

@@ -5,6 +5,8 @@ Every function is pure and takes an optional ``torch.Generator``, so a seeded ru
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
@@ -20,7 +22,7 @@ def apply_temperature(logits: Float[Tensor, "batch d_vocab"], temperature: float
 
 def top_k_filter(logits: Float[Tensor, "batch d_vocab"], top_k: int) -> Float[Tensor, "batch d_vocab"]:
     """Keep the ``top_k`` largest logits (and any tied with the k-th), set the rest to -inf."""
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+    if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 1:
         raise ValueError(f"top_k must be a positive int, got {top_k!r}")
     top_k = min(top_k, logits.shape[-1])
     kth_largest = torch.topk(logits, top_k, dim=-1).values[:, -1:]
@@ -86,9 +88,14 @@ def generate(
     read); a cache cannot slide under learned positions, so it is then rebuilt. The same generator gives the same
     tokens either way. The model runs in eval mode (no dropout) and is put back in its previous mode.
     """
+    if not isinstance(tokens, Tensor):
+        raise ValueError(f"tokens must be an integer tensor of shape (batch, seq), got {type(tokens).__name__}: "
+                         f"wrap a list in torch.tensor(...)")
     if tokens.dim() != 2 or tokens.shape[1] < 1:
         raise ValueError(f"tokens must have shape (batch, seq) with seq >= 1, got {tuple(tokens.shape)}")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+    if tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
+        raise ValueError(f"tokens must hold integer token ids, got dtype {tokens.dtype}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be a non-negative int, got {max_new_tokens!r}")
     n_ctx = model.cfg.n_ctx
     was_training = model.training

@@ -545,6 +545,8 @@ def _decode_cases(generator: torch.Generator) -> list[Case]:
         Case.of(ids=[0xF0, 0x9F, 0x99, 0x82], vocab=vocab, note="🙂 as four single bytes"),
         Case.of(ids=tokenizer.encode("🙂")[:1], vocab=vocab, note="the first three bytes of 🙂: an incomplete character"),
         Case.of(ids=tokenizer.encode("A 中文 w"), vocab=vocab, note="CJK, three bytes a character"),
+        Case.of(ids=tokenizer.encode("  to be,\n or not \n"), vocab=vocab,
+                note="leading and trailing spaces and line breaks, which are text too"),
     ]
 
 
@@ -567,6 +569,10 @@ def _joined_with_spaces(ids, vocab):
     return " ".join(vocab[i].decode("utf-8", errors="replace") for i in ids)
 
 
+def _stripped(ids, vocab):
+    return b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace").strip()
+
+
 def _repr_of_bytes(ids, vocab):
     return "".join(str(vocab[i]) for i in ids)
 
@@ -587,7 +593,7 @@ DECODE = Exercise(
     outputs=("the text",),
     checked=(
         "ASCII, accented letters in one token or in two, an emoji as four single bytes, an emoji cut after three of its "
-        "four bytes (U+FFFD), and CJK characters"
+        "four bytes (U+FFFD), CJK characters, and spaces and line breaks at both ends, compared as exact strings"
     ),
     hint=(
         "join the bytes of every token first, `b''.join(vocab[i] for i in ids)`, then decode once with "
@@ -606,6 +612,9 @@ DECODE = Exercise(
         Mistake("joined_with_spaces", "joined the tokens with spaces",
                 "Tokens carry their own spaces (' c' is one token): join with the empty string.",
                 (_joined_with_spaces,)),
+        Mistake("stripped_whitespace", "stripped the spaces and line breaks at the ends of the text",
+                "Decoding gives back the text exactly, spaces and line breaks included (a prompt that ends in ' ' "
+                "differs from one that does not): drop the `.strip()`.", (_stripped,)),
         Mistake("repr_of_bytes", "converted each token with str(), which gives its repr such as b'he'",
                 "`str(b'he')` is \"b'he'\": decode bytes with `.decode('utf-8')`.", (_repr_of_bytes,)),
     ),

@@ -20,16 +20,22 @@ A check never raises on a wrong answer unless strict mode is on.
 Two environment variables connect checks to the outside world:
 
 - ``TUTORIAL_LIB_STRICT_CHECKS=1``: a wrong answer raises ``AssertionError`` (CI). "Not attempted yet" never does.
-- ``TUTORIAL_LIB_CHECK_LOG=path``: every result is appended to ``path`` as a JSON line (the grader sets it).
+- ``TUTORIAL_LIB_CHECK_LOG=path``: every result is appended to ``path`` as a JSON line (the grader sets it). Inside
+  :func:`graded_cell` (which the grader wraps around each check cell it restored from the released exercise) the line
+  carries that cell's secret, and the grader counts only lines with it.
+
+An answer that is ``tutorial_lib``'s own implementation (the exercise's reference, or any function or class of the
+package outside its checks) is refused with its own verdict: the exercise asks for the learner's code.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -270,6 +276,7 @@ KINDS = (
     "inf",
     "wrong_values",
     "check_failed",
+    "library_answer",
 )
 _HEADLINES = {
     "passed": "correct",
@@ -284,6 +291,7 @@ _HEADLINES = {
     "inf": "returned inf",
     "wrong_values": "wrong values",
     "check_failed": "could not be checked",
+    "library_answer": "tutorial_lib's own code, not yours",
 }
 
 
@@ -432,7 +440,26 @@ def _reason(detail: str) -> str:
     return short if len(short) <= 160 else short[:157] + "..."
 
 
+def _library_origin(exercise: Exercise, obj: Any) -> str | None:
+    """Where ``obj`` comes from when it is the package's own implementation (the answer the exercise asks to write)."""
+    module = getattr(obj, "__module__", None)
+    name = getattr(obj, "__qualname__", None) or type(obj).__qualname__
+    if isinstance(module, str) and (module == "tutorial_lib" or module.startswith("tutorial_lib.")):
+        # The catalogue's mistakes and mutants live in tutorial_lib.checks (the tests check them), references too.
+        if not module.startswith("tutorial_lib.checks") or obj is exercise.reference:
+            return f"`{name}` from `{module}`"
+    if obj is exercise.reference:
+        return f"the reference implementation of {exercise.id}"
+    return None
+
+
 def _judge(exercise: Exercise, obj: Any, time_limit: float) -> _Verdict:
+    origin = _library_origin(exercise, obj)
+    if origin is not None:
+        return _Verdict("library_answer",
+                        f"This is {origin}, imported rather than written: the exercise asks for your own code. Define "
+                        f"the function in the cell above (without importing it from tutorial_lib) and run both cells "
+                        f"again.", f"the answer is {origin}")
     if not callable(obj):
         return _Verdict("wrong_type", f"check expects your function or class, got {describe_type(obj)}.",
                         f"got {describe_type(obj)}, not a function")
@@ -493,6 +520,20 @@ def _judge(exercise: Exercise, obj: Any, time_limit: float) -> _Verdict:
     return _Verdict(failure.kind, body, reason, mistakes, headline)
 
 
+_graded_cell_secret: str | None = None
+
+
+@contextlib.contextmanager
+def graded_cell(secret: str) -> Iterator[None]:
+    """Mark the checks run inside as the grader's: their log lines carry ``secret`` (see tutorial_lib.grade)."""
+    global _graded_cell_secret
+    previous, _graded_cell_secret = _graded_cell_secret, secret
+    try:
+        yield
+    finally:
+        _graded_cell_secret = previous
+
+
 def check(
     exercise_id: str, obj: Any, *, strict: bool | None = None, time_limit: float | int = DEFAULT_TIME_LIMIT
 ) -> CheckResult:
@@ -534,8 +575,11 @@ def check(
     print(text)
     log = os.environ.get(LOG_ENV)
     if log:
+        record = json.loads(result.to_json())
+        if _graded_cell_secret is not None:
+            record["cell_secret"] = _graded_cell_secret
         with open(log, "a", encoding="utf-8") as file:
-            file.write(result.to_json() + "\n")
+            file.write(json.dumps(record, ensure_ascii=False) + "\n")
     if (_strict_from_env() if strict is None else strict) and verdict.kind not in {"passed", "not_attempted"}:
         raise AssertionError(text)
     return result
@@ -555,5 +599,6 @@ __all__ = [
     "chapter_exercises",
     "check",
     "get_exercise",
+    "graded_cell",
     "register",
 ]
