@@ -160,6 +160,43 @@ def linear_like(**wrong):
     return attention
 
 
+# --- 13.tile_backward -------------------------------------------------------------------------------------------------
+
+
+def tile_backward_autograd(q_blk, k_blk, v_blk, out_blk, d_out_blk, lse_blk):
+    """Correct, written differently: autograd on a surrogate whose derivative in the scores is P ∘ (dP - D). With
+    P = exp(τ q kᵀ - L) and L held fixed, Σ P ∘ (dO Vᵀ) gives P ∘ dP and V's gradient, and - Σ P ∘ D stands for the
+    row's normaliser, which one tile cannot differentiate through."""
+    q, k, v = (t.detach().requires_grad_() for t in (q_blk, k_blk, v_blk))
+    p = torch.exp(torch.einsum("...qd,...kd->...qk", q, k) / q.shape[-1] ** 0.5 - lse_blk)
+    delta = (d_out_blk * out_blk).sum(-1, keepdim=True)
+    surrogate = (p @ v * d_out_blk).sum() - (p * delta).sum()
+    return torch.autograd.grad(surrogate, (q, k, v))
+
+
+def tile_backward_like(**wrong):
+    def backward(q_blk, k_blk, v_blk, out_blk, d_out_blk, lse_blk):
+        scale = q_blk.shape[-1] ** -0.5
+        s = torch.einsum("...qd,...kd->...qk", q_blk * (scale if not wrong.get("unscaled") else 1.0), k_blk)
+        if wrong.get("raw_exp"):
+            p = s.exp()
+        elif wrong.get("tile_softmax"):
+            p = s.softmax(dim=-1)
+        else:
+            p = (s - lse_blk).exp()
+        dv = torch.einsum("...qk,...qe->...ke", p, d_out_blk)
+        dp = torch.einsum("...qe,...ke->...qk", d_out_blk, v_blk)
+        if wrong.get("no_delta"):
+            ds = p * dp
+        else:
+            partial = p @ v_blk if wrong.get("tile_delta") else out_blk
+            ds = p * (dp - (partial * d_out_blk).sum(-1, keepdim=True))
+        g = 1.0 if wrong.get("unscaled") or wrong.get("unscaled_grads") else scale
+        return g * torch.einsum("...qk,...kd->...qd", ds, k_blk), g * torch.einsum("...qk,...qd->...kd", ds, q_blk), dv
+
+    return backward
+
+
 LEARNER_MISTAKES = [
     ("13.online_softmax", softmax_like(no_rescale=True), "sum_not_rescaled"),
     ("13.online_softmax", softmax_like(no_max=True), "no_maximum_subtracted"),
@@ -181,6 +218,12 @@ LEARNER_MISTAKES = [
     ("13.causal_linear_attention", linear_like(strict=True), "excluded_current_position"),
     ("13.causal_linear_attention", linear_like(scaled=True), "scaled_queries"),
     ("13.causal_linear_attention", linear_like(no_eps=True), "eps_left_out"),
+    ("13.tile_backward", tile_backward_like(no_delta=True), "delta_forgotten"),
+    ("13.tile_backward", tile_backward_like(tile_delta=True), "delta_from_the_tile"),
+    ("13.tile_backward", tile_backward_like(raw_exp=True), "weights_not_normalised"),
+    ("13.tile_backward", tile_backward_like(tile_softmax=True), "softmax_over_the_tile"),
+    ("13.tile_backward", tile_backward_like(unscaled_grads=True), "scale_left_out_of_gradients"),
+    ("13.tile_backward", tile_backward_like(unscaled=True), "scale_forgotten"),
 ]
 
 
@@ -191,7 +234,8 @@ def test_a_learners_mistake_is_named(exercise_id, learner, mistake, assert_mista
 
 
 def test_every_catalogued_mistake_has_a_learner_version_here():
-    exercises = ("13.online_softmax", "13.tile_update", "13.banded_attention", "13.causal_linear_attention")
+    exercises = ("13.online_softmax", "13.tile_update", "13.banded_attention", "13.causal_linear_attention",
+                 "13.tile_backward")
     catalogued = {(e, m.name) for e in exercises for m in get_exercise(e).mistakes}
     assert catalogued == {(e, m) for e, _, m in LEARNER_MISTAKES}
 
@@ -202,6 +246,7 @@ def test_every_catalogued_mistake_has_a_learner_version_here():
     ("13.tile_update", tile_right), ("13.tile_update", tile_like()),
     ("13.banded_attention", banded_gather), ("13.banded_attention", banded_like()),
     ("13.causal_linear_attention", linear_loop), ("13.causal_linear_attention", linear_like()),
+    ("13.tile_backward", tile_backward_like()), ("13.tile_backward", tile_backward_autograd),
 ])
 def test_a_correct_answer_written_differently_passes(exercise_id, answer):
     assert check(exercise_id, answer).passed
@@ -223,3 +268,24 @@ def test_the_tile_reference_builds_tiled_attention():
                                               q_start, k_start)
         outputs.append(acc / l)
     torch.testing.assert_close(torch.cat(outputs, dim=1), F.scaled_dot_product_attention(q, k, v, is_causal=True))
+
+
+def test_the_backward_tiles_add_up_to_autograds_gradients():
+    """Summing the exercise's tiles over a row of keys gives autograd's gradients through the whole softmax."""
+    from tutorial_lib.checks.ch13 import reference_tile_backward
+
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, n, 8, generator=g, requires_grad=True) for n in (5, 11, 11))
+    out = F.scaled_dot_product_attention(q, k, v)
+    d_out = torch.randn(2, 5, 8, generator=g)
+    expected = torch.autograd.grad(out, (q, k, v), d_out)
+    lse = torch.logsumexp(q @ k.mT / math.sqrt(8), dim=-1, keepdim=True).detach()
+    q, k, v, out = q.detach(), k.detach(), v.detach(), out.detach()
+    d_q, d_k, d_v = torch.zeros_like(q), [], []
+    for start in range(0, 11, 4):
+        part = reference_tile_backward(q, k[:, start : start + 4], v[:, start : start + 4], out, d_out, lse)
+        d_q += part[0]
+        d_k.append(part[1])
+        d_v.append(part[2])
+    for got, want in zip((d_q, torch.cat(d_k, dim=1), torch.cat(d_v, dim=1)), expected):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

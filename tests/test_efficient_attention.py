@@ -17,11 +17,15 @@ from tutorial_lib.efficient_attention import (
     LinearMultiHeadAttention,
     banded_attention,
     elu_feature_map,
+    flash_attention,
+    flash_attention_backward,
+    flash_attention_forward,
     linear_attention,
     linear_attention_step,
     linear_attention_weights,
     online_softmax,
     sliding_window_attention,
+    tile_backward,
     tile_update,
     tiled_attention,
     use_linear_attention,
@@ -359,3 +363,98 @@ def test_table_1_complexities_counted() -> None:
         assert flops(scaled_dot_product_attention, q, k, v, causal_mask(n)) == 4 * n * n * 16
         assert flops(banded_attention, q, k, v, 16) == 8 * n * 16 * 16
         assert flops(linear_attention, q, k, v) == 4 * n * 16 * 16
+
+
+# ------------------------------------------------------------------------------------ FlashAttention's backward
+
+
+def _reference_mask(n_query: int, n_key: int) -> torch.Tensor:
+    """The causal mask with the queries the last n_query positions of the keys, built independently."""
+    return torch.ones(n_query, n_key, dtype=torch.bool).tril(diagonal=n_key - n_query)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(("n_query", "n_key", "block_size"), [(13, 13, 4), (37, 53, 16), (5, 29, 7), (20, 20, 64)])
+def test_flash_attention_output_and_gradients_equal_pytorchs(causal, n_query, n_key, block_size) -> None:
+    q, k, v = _qkv(2, 3, n_query=n_query, n_key=n_key, seed=n_query + n_key, requires_grad=True)
+    upstream = torch.randn(2, 3, n_query, 6, generator=torch.Generator().manual_seed(1))
+    ours = flash_attention(q, k, v, causal=causal, block_size=block_size)
+    theirs = F.scaled_dot_product_attention(q, k, v, attn_mask=_reference_mask(n_query, n_key) if causal else None)
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+    for a, b in zip(torch.autograd.grad(ours, (q, k, v), upstream), torch.autograd.grad(theirs, (q, k, v), upstream)):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_flash_attention_passes_gradcheck_in_float64() -> None:
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, 2, n, 4, generator=g, dtype=torch.float64, requires_grad=True) for n in (9, 11, 11))
+    assert torch.autograd.gradcheck(lambda q, k, v: flash_attention(q, k, v, causal=True, block_size=4), (q, k, v))
+    assert torch.autograd.gradcheck(lambda q, k, v: flash_attention(q, k, v, block_size=3), (q, k, v))
+
+
+def test_flash_attention_saves_only_inputs_output_and_log_sum_exp() -> None:
+    q, k, v = _qkv(2, n_query=16, n_key=16, requires_grad=True)
+    out = flash_attention(q, k, v, causal=True, block_size=4)
+    saved = out.grad_fn.saved_tensors
+    assert [tuple(t.shape) for t in saved] == [(2, 16, 8), (2, 16, 8), (2, 16, 6), (2, 16, 6), (2, 16, 1)]
+    _, lse = flash_attention_forward(q.detach(), k.detach(), v.detach(), causal=True, block_size=4)
+    scores = (q @ k.transpose(-2, -1) / 8**0.5).masked_fill(~_reference_mask(16, 16), float("-inf"))
+    torch.testing.assert_close(lse, torch.logsumexp(scores, dim=-1, keepdim=True).detach())
+
+
+def test_flash_attention_backward_never_holds_the_weights() -> None:
+    q, k, v = _qkv(2, 2, n_query=96, n_key=128, d_head=8, d_value=8, requires_grad=True)
+    upstream = torch.randn(2, 2, 96, 8)
+    with LargestTensor() as flash:
+        flash_attention(q, k, v, causal=True, block_size=16).backward(upstream)
+    with LargestTensor() as tiled:
+        tiled_attention(q, k, v, causal=True, block_q=16, block_k=16).backward(upstream)
+    assert flash.largest <= max(q.numel(), k.numel(), v.numel())
+    assert flash.largest < 2 * 2 * 96 * 128 / 4
+
+
+def test_the_backward_tiles_add_up_to_the_gradients_in_any_split() -> None:
+    """dQ, dK, dV summed over tiles of 1, 5 or all keys equal autograd's through the softmax written out."""
+    q, k, v = _qkv(2, n_query=7, n_key=10, seed=3, requires_grad=True)
+    d_out = torch.randn(2, 7, 6, generator=torch.Generator().manual_seed(4))
+    out = torch.softmax(q @ k.transpose(-2, -1) / 8**0.5, dim=-1) @ v
+    expected = torch.autograd.grad(out, (q, k, v), d_out)
+    q, k, v, out = q.detach(), k.detach(), v.detach(), out.detach()
+    lse = torch.logsumexp(q @ k.transpose(-2, -1) / 8**0.5, dim=-1, keepdim=True)
+    delta = (d_out * out).sum(dim=-1, keepdim=True)
+    for block in (1, 5, 10):
+        d_q, d_k, d_v = torch.zeros_like(q), [], []
+        for start in range(0, 10, block):
+            part = tile_backward(q, k[:, start : start + block], v[:, start : start + block], d_out, lse, delta, 8**-0.5)
+            d_q += part[0]
+            d_k.append(part[1])
+            d_v.append(part[2])
+        for got, want in zip((d_q, torch.cat(d_k, dim=1), torch.cat(d_v, dim=1)), expected):
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    d_q, d_k, d_v = flash_attention_backward(q, k, v, out, lse, d_out, block_size=3)
+    torch.testing.assert_close(d_k, expected[1], atol=1e-5, rtol=1e-5)
+
+
+def test_flash_attention_bad_input_raises(without_annotation_checks) -> None:
+    q, k, v = _qkv(1, n_query=4, n_key=6)
+    with pytest.raises(ValueError, match="block_size"):
+        flash_attention(q, k, v, block_size=0)
+    with pytest.raises(ValueError, match="block_size"):
+        flash_attention(q, k, v, block_size=True)
+    with pytest.raises(ValueError, match="query_pos <= key_pos"):
+        flash_attention(k, q, q[..., :6], causal=True)
+    with without_annotation_checks():
+        with pytest.raises(ValueError, match="causal must be a bool"):
+            flash_attention(q, k, v, causal="yes")
+        with pytest.raises(ValueError, match="^q must be a floating-point"):
+            flash_attention(q.long(), k, v)
+        with pytest.raises(ValueError, match="k must have q's d_head"):
+            flash_attention(q, k[..., :5], v)
+        with pytest.raises(ValueError, match="v must have one row per key"):
+            flash_attention(q, k, v[:, :5])
+        with pytest.raises(ValueError, match="share one dtype"):
+            flash_attention(q, k.double(), v)
+        with pytest.raises(ValueError, match="leading"):
+            flash_attention(q, k.expand(2, 6, 8), v.expand(2, 6, 6))
+        with pytest.raises(ValueError, match="at least one position"):
+            flash_attention(q, k[:, :0], v[:, :0])

@@ -17,11 +17,14 @@ from tutorial_lib.widgets.attention_costs import (
     attention_methods,
     fit_exponent,
     measure_attention_costs,
+    measure_training_memory,
     best_seconds,
     peak_tensor_memory,
     plot_attention_costs,
     random_qkv,
     run_under_memory_cap,
+    training_methods,
+    training_step_memory,
 )
 from tutorial_lib.widgets.copy_heads import copy_head_scores, plot_copy_heads
 from tutorial_lib.widgets.tiling import (
@@ -30,9 +33,11 @@ from tutorial_lib.widgets.tiling import (
     SKIPPED,
     online_softmax_trace,
     plot_tile_grid,
+    standard_attention_traffic,
     tile_counts,
     tile_grid,
     tile_grid_widget,
+    tiled_attention_traffic,
 )
 
 # --- peak memory, timing, exponents -------------------------------------------------------------------------------------
@@ -165,3 +170,56 @@ def test_copy_head_scores_find_the_copying_head() -> None:
     with pytest.raises(ValueError, match="length"):
         copy_head_scores(patterns, 6)
     assert math.isfinite(float(scores.sum()))
+
+
+# --- training memory and traffic (FlashAttention's backward, Theorem 2) ---------------------------------------------------
+
+
+def test_training_memory_counts_what_autograd_keeps() -> None:
+    """A step that saves an n × n matrix for the backward peaks above one that recomputes it."""
+    q, k, v = random_qkv(64, n_heads=1, d_head=8)
+    keeps = training_step_memory(lambda q, k, v: torch.softmax(q @ k.mT, dim=-1) @ v, q, k, v)
+    assert keeps >= 64 * 64 * 4  # the weights, saved by autograd
+    assert training_step_memory(lambda q, k, v: v * 2.0, q, k, v) < 64 * 64 * 4
+    assert q.grad is None  # the inputs are left as they were
+
+
+def test_flash_attention_training_memory_grows_as_n_and_naive_as_n_squared() -> None:
+    peaks = measure_training_memory(training_methods(block=32), [128, 256, 512], n_heads=1, d_head=8)
+    assert set(peaks) == {"naive", "F.sdpa", "tiled", "flash"}
+    assert fit_exponent([256, 512], [peaks["naive"][n] for n in (256, 512)]) > 1.8
+    assert fit_exponent([256, 512], [peaks["tiled"][n] for n in (256, 512)]) > 1.5  # every tile's weights kept
+    assert fit_exponent([256, 512], [peaks["flash"][n] for n in (256, 512)]) < 1.2
+    assert peaks["flash"][512] * 5 < peaks["naive"][512]
+    with pytest.raises(ValueError, match="lengths"):
+        measure_training_memory(training_methods(), [0])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS is a Linux cap")
+def test_a_memory_cap_stops_tiled_training_and_not_flash() -> None:
+    cap = 8 * 2**20  # tiled with autograd keeps half of a 16 MiB score matrix (causal) at 2,048 positions, twice
+    tiled = run_under_memory_cap("tiled", 2048, cap_bytes=cap, train=True, block=256, threads=1)
+    flash = run_under_memory_cap("flash", 2048, cap_bytes=cap, train=True, block=256, threads=1)
+    sdpa = run_under_memory_cap("F.sdpa", 2048, cap_bytes=cap, train=True, block=256, threads=1)
+    assert not tiled.completed and "allocate" in tiled.error and tiled.train
+    assert flash.completed and sdpa.completed
+    assert abs(flash.checksum - sdpa.checksum) < 1e-5 * sdpa.checksum
+
+
+def test_traffic_counts_follow_theorem_2() -> None:
+    n, d = 4096, 64
+    standard = standard_attention_traffic(n, n, d)
+    assert standard.total == 4 * n * d + 4 * n * n  # Algorithm 0: Θ(nd + n²)
+    for block in (64, 256):
+        queries_outer = tiled_attention_traffic(n, n, d, block, block)
+        keys_outer = tiled_attention_traffic(n, n, d, block, block, order="keys outer")
+        assert queries_outer.total == 2 * n * d + n + 2 * n * d * (n // block)  # Q, O, L once; K, V n / B times
+        assert queries_outer.writes == n * (d + 1) < keys_outer.writes  # FA2 writes its output once
+        m = 4 * block * d  # fast memory for blocks of M / 4d, as in FlashAttention's Algorithm 1
+        assert 8 < queries_outer.total / (n * n * d * d / m) < 8.6  # Θ(n² d² / M)
+    causal = tiled_attention_traffic(n, n, d, 64, 64, causal=True)
+    assert causal.total < 0.6 * tiled_attention_traffic(n, n, d, 64, 64).total  # skipped tiles load nothing
+    with pytest.raises(ValueError, match="order"):
+        tiled_attention_traffic(n, n, d, 64, 64, order="diagonal")
+    with pytest.raises(ValueError, match="block_q"):
+        tiled_attention_traffic(n, n, d, 0, 64)

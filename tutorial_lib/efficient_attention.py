@@ -12,6 +12,10 @@ Table 1 of the paper prices self-attention at O(n² · d) per layer: every query
 * :func:`tiled_attention` (FlashAttention, Dao et al. 2022): the *same* softmax attention, computed block by block with
   the online softmax (:func:`online_softmax`, :func:`tile_update`), so the ``query_pos × key_pos`` matrix never exists
   in memory at once. Still O(n² · d) arithmetic; the gain is memory (and, in a fused GPU kernel, memory traffic).
+* :func:`flash_attention` (FlashAttention's backward, as FlashAttention-2 orders it): an autograd function whose
+  forward saves only q, k, v, the output and each query's log-sum-exp, and whose backward recomputes every tile
+  (:func:`tile_backward`), so training, too, never holds the ``query_pos × key_pos`` weights. Differentiating
+  :func:`tiled_attention` with autograd instead keeps every tile's weights alive until the backward: O(n²) again.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from jaxtyping import Bool, Float
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 from tutorial_lib.attention import attention, sliding_window_mask
 from tutorial_lib.kv_cache import LayerKVCache
@@ -331,6 +336,173 @@ def tiled_attention(
                                     m, l, acc, keep)
         outputs.append(torch.where(l > 0, acc / l.clamp_min(torch.finfo(l.dtype).tiny), 0.0))
     return torch.cat(outputs, dim=-2)
+
+
+# ------------------------------------------------------------------ FlashAttention's backward: store the log-sum-exp
+
+
+def tile_backward(
+    q_blk: Float[Tensor, "*batch block_q d_head"],
+    k_blk: Float[Tensor, "*batch block_k d_head"],
+    v_blk: Float[Tensor, "*batch block_k d_value"],
+    d_out_blk: Float[Tensor, "*batch block_q d_value"],
+    lse_blk: Float[Tensor, "*batch block_q 1"],
+    delta_blk: Float[Tensor, "*batch block_q 1"],
+    scale: float,
+    keep: Bool[Tensor, "..."] | None = None,
+) -> tuple[Float[Tensor, "*batch block_q d_head"], Float[Tensor, "*batch block_k d_head"], Float[Tensor, "*batch block_k d_value"]]:
+    """One tile of FlashAttention-2's backward: this tile's share of dQ, dK and dV, from the tile recomputed.
+
+    ``q_blk`` is not scaled (the scores are ``scale · q kᵀ``); ``lse_blk`` is each query's log-sum-exp of its scores
+    over *all* its keys, saved by the forward, so ``exp(score - lse)`` is the attention weight itself, normalised
+    over the whole row although only this tile is in hand; ``delta_blk`` is ``D = rowsum(dO ∘ O)``, the softmax's
+    backward term. With ``dP = dO Vᵀ``: ``dS = P ∘ (dP - D)``, ``dV = Pᵀ dO``, ``dQ = scale · dS K``,
+    ``dK = scale · dSᵀ Q``. ``keep`` (True = may attend) masks the tile: a hidden key gets ``P = 0``.
+    """
+    scores = (q_blk * scale) @ k_blk.transpose(-2, -1)  # the same tile of scores as the forward
+    if keep is not None:
+        scores = scores.masked_fill(~keep, float("-inf"))
+    p = torch.exp(scores - lse_blk)  # the attention weights of this tile, already normalised: no division
+    d_v = p.transpose(-2, -1) @ d_out_blk
+    d_p = d_out_blk @ v_blk.transpose(-2, -1)
+    d_s = p * (d_p - delta_blk)  # the softmax's backward, with Σ_j P_ij dP_ij = D_i computed once per row
+    return scale * (d_s @ k_blk), scale * (d_s.transpose(-2, -1) @ q_blk), d_v
+
+
+def flash_attention_forward(
+    q: Float[Tensor, "*batch query_pos d_head"],
+    k: Float[Tensor, "*batch key_pos d_head"],
+    v: Float[Tensor, "*batch key_pos d_value"],
+    *,
+    causal: bool = False,
+    block_size: int = 64,
+) -> tuple[Float[Tensor, "*batch query_pos d_value"], Float[Tensor, "*batch query_pos 1"]]:
+    """The output of Eq. (1) and each query's log-sum-exp ``L = m + log ℓ``, by :func:`tile_update` in
+    FlashAttention-2's order: queries outer, keys inner, one division by ``ℓ`` per query block at the end. ``causal``:
+    the queries are the last ``query_pos`` positions of the keys (as in :func:`tiled_attention`), tiles above the
+    diagonal are skipped."""
+    scale = 1 / math.sqrt(q.shape[-1])
+    n_query, n_key = q.shape[-2], k.shape[-2]
+    n_past = n_key - n_query
+    outputs, lses = [], []
+    for q_start in range(0, n_query, block_size):
+        q_blk = q[..., q_start : q_start + block_size, :] * scale
+        rows = q_blk.shape[-2]
+        m = q.new_full((*q_blk.shape[:-1], 1), float("-inf"))
+        l = q.new_zeros((*q_blk.shape[:-1], 1))
+        acc = q.new_zeros((*q_blk.shape[:-1], v.shape[-1]))
+        k_end = min(n_key, n_past + q_start + rows) if causal else n_key
+        for k_start in range(0, k_end, block_size):
+            k_stop = min(k_start + block_size, n_key)
+            keep = _causal_tile(n_past, q_start, rows, k_start, k_stop, q.device) if causal else None
+            m, l, acc = tile_update(q_blk, k[..., k_start:k_stop, :], v[..., k_start:k_stop, :], m, l, acc, keep)
+        outputs.append(acc / l)  # every query sees at least one key (causal: itself), so ℓ > 0
+        lses.append(m + torch.log(l))
+    return torch.cat(outputs, dim=-2), torch.cat(lses, dim=-2)
+
+
+def flash_attention_backward(
+    q: Float[Tensor, "*batch query_pos d_head"],
+    k: Float[Tensor, "*batch key_pos d_head"],
+    v: Float[Tensor, "*batch key_pos d_value"],
+    out: Float[Tensor, "*batch query_pos d_value"],
+    lse: Float[Tensor, "*batch query_pos 1"],
+    d_out: Float[Tensor, "*batch query_pos d_value"],
+    *,
+    causal: bool = False,
+    block_size: int = 64,
+) -> tuple[Float[Tensor, "*batch query_pos d_head"], Float[Tensor, "*batch key_pos d_head"], Float[Tensor, "*batch key_pos d_value"]]:
+    """dQ, dK, dV from what the forward kept (q, k, v, the output and the log-sum-exp), recomputing every tile with
+    :func:`tile_backward`: FlashAttention-2's backward, keys outer (each key block's dK and dV are summed over the
+    query blocks, then written once), queries inner (dQ is accumulated into its rows). Nothing of size
+    ``query_pos × key_pos`` is ever held."""
+    scale = 1 / math.sqrt(q.shape[-1])
+    n_query, n_key = q.shape[-2], k.shape[-2]
+    n_past = n_key - n_query
+    delta = (d_out * out).sum(dim=-1, keepdim=True)  # D_i = rowsum(dO ∘ O), once per query
+    d_q, d_k, d_v = torch.zeros_like(q), torch.empty_like(k), torch.empty_like(v)
+    for k_start in range(0, n_key, block_size):
+        k_stop = min(k_start + block_size, n_key)
+        k_blk, v_blk = k[..., k_start:k_stop, :], v[..., k_start:k_stop, :]
+        d_k_blk, d_v_blk = torch.zeros_like(k_blk), torch.zeros_like(v_blk)
+        # Causal: query r sees keys up to n_past + r, so the queries before k_start - n_past see none of this block.
+        first = max(0, k_start - n_past) // block_size * block_size if causal else 0
+        for q_start in range(first, n_query, block_size):
+            rows = slice(q_start, min(q_start + block_size, n_query))
+            keep = _causal_tile(n_past, q_start, rows.stop - q_start, k_start, k_stop, q.device) if causal else None
+            d_q_part, d_k_part, d_v_part = tile_backward(q[..., rows, :], k_blk, v_blk, d_out[..., rows, :],
+                                                         lse[..., rows, :], delta[..., rows, :], scale, keep)
+            d_q[..., rows, :] += d_q_part
+            d_k_blk += d_k_part
+            d_v_blk += d_v_part
+        d_k[..., k_start:k_stop, :] = d_k_blk
+        d_v[..., k_start:k_stop, :] = d_v_blk
+    return d_q, d_k, d_v
+
+
+class FlashAttention(torch.autograd.Function):
+    """Eq. (1) with FlashAttention's memory in training: the forward saves q, k, v, the output and the per-query
+    log-sum-exp, never the weights; the backward recomputes each tile of weights from them."""
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, causal: bool, block_size: int) -> Tensor:
+        out, lse = flash_attention_forward(q, k, v, causal=causal, block_size=block_size)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.causal, ctx.block_size = causal, block_size
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, d_out: Tensor) -> tuple[Tensor, Tensor, Tensor, None, None]:
+        q, k, v, out, lse = ctx.saved_tensors
+        d_q, d_k, d_v = flash_attention_backward(q, k, v, out, lse, d_out, causal=ctx.causal, block_size=ctx.block_size)
+        return d_q, d_k, d_v, None, None  # causal and block_size get no gradient
+
+
+def flash_attention(
+    q: Float[Tensor, "*batch query_pos d_head"],
+    k: Float[Tensor, "*batch key_pos d_head"],
+    v: Float[Tensor, "*batch key_pos d_value"],
+    *,
+    causal: bool = False,
+    block_size: int = 64,
+) -> Float[Tensor, "*batch query_pos d_value"]:
+    """softmax(Q Kᵀ / √d_k) V with FlashAttention's forward *and* backward (:class:`FlashAttention`): in training,
+    memory beyond the inputs, the output and their gradients is one ``query_pos`` log-sum-exp and a few
+    ``block_size × block_size`` tiles, never ``query_pos × key_pos``. ``causal``: the queries are the last
+    ``query_pos`` positions of the keys (square: the usual causal mask). q, k and v share their leading axes."""
+    _check_flash_inputs(q, k, v, causal, block_size)
+    return FlashAttention.apply(q, k, v, causal, block_size)
+
+
+def _causal_tile(n_past: int, q_start: int, rows: int, k_start: int, k_stop: int, device: torch.device) -> Tensor:
+    """The causal mask of one tile in absolute positions: query n_past + q_start + r sees keys up to itself."""
+    query = n_past + torch.arange(q_start, q_start + rows, device=device)[:, None]
+    return torch.arange(k_start, k_stop, device=device)[None, :] <= query
+
+
+def _check_flash_inputs(q: object, k: object, v: object, causal: object, block_size: object) -> None:
+    for name, tensor in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(tensor, Tensor) or tensor.dim() < 2 or not tensor.is_floating_point():
+            raise ValueError(f"{name} must be a floating-point tensor (..., positions, features), got "
+                             f"{tensor.dtype if isinstance(tensor, Tensor) else type(tensor).__name__}"
+                             f"{' of shape ' + str(tuple(tensor.shape)) if isinstance(tensor, Tensor) else ''}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
+    if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]):
+        raise ValueError(f"q, k and v must share their leading (batch, head) axes, got {tuple(q.shape)}, "
+                         f"{tuple(k.shape)} and {tuple(v.shape)}")
+    if k.shape[-1] != q.shape[-1]:
+        raise ValueError(f"k must have q's d_head = {q.shape[-1]} features, got {k.shape[-1]}")
+    if v.shape[-2] != k.shape[-2]:
+        raise ValueError(f"v must have one row per key ({k.shape[-2]}), got {v.shape[-2]}")
+    if q.shape[-2] == 0 or k.shape[-2] == 0:
+        raise ValueError(f"q and k must hold at least one position, got {q.shape[-2]} queries and {k.shape[-2]} keys")
+    if not isinstance(causal, bool):
+        raise ValueError(f"causal must be a bool, got {causal!r}")
+    if causal and q.shape[-2] > k.shape[-2]:
+        raise ValueError(f"causal needs query_pos <= key_pos, got {q.shape[-2]} queries and {k.shape[-2]} keys")
+    _check_positive_int("block_size", block_size)
 
 
 def _check_positive_int(name: str, value: object) -> None:

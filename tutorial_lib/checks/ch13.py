@@ -1,4 +1,5 @@
-"""Chapter 13's exercises: the online softmax, one tile of FlashAttention, banded attention, causal linear attention.
+"""Chapter 13's exercises: the online softmax, one tile of FlashAttention, banded attention, causal linear attention,
+and the backward of one tile.
 
 - ``13.online_softmax`` is the softmax over the last axis in one pass over blocks, with a running maximum and a
   running denominator (:func:`tutorial_lib.efficient_attention.online_softmax`).
@@ -9,6 +10,9 @@
   the answer under a recorder of every tensor it creates, and a tensor the size of the score matrix fails it.
 - ``13.causal_linear_attention`` is linear attention with φ = elu + 1 and running sums
   (:func:`tutorial_lib.efficient_attention.linear_attention` with ``causal=True``).
+- ``13.tile_backward`` is one tile of FlashAttention-2's backward: this tile's share of dQ, dK and dV, from the tile
+  recomputed with the saved log-sum-exp and ``D = rowsum(dO ∘ O)``
+  (:func:`tutorial_lib.efficient_attention.tile_backward`).
 
 As in ``ch03``, the mistakes are written the way a learner would write them and carry no annotations.
 """
@@ -477,5 +481,142 @@ LINEAR_ATTENTION = Exercise(
 )
 
 
-register(ONLINE_SOFTMAX, TILE_UPDATE, BANDED_ATTENTION, LINEAR_ATTENTION)
+# --- 13.tile_backward ---------------------------------------------------------------------------------------------------
+
+
+def reference_tile_backward(q_blk, k_blk, v_blk, out_blk, d_out_blk, lse_blk):
+    """The package's tile backward, with D = rowsum(dO ∘ O) taken from the block's full output and τ = 1/√d_k."""
+    delta = (d_out_blk * out_blk).sum(dim=-1, keepdim=True)
+    return reference.tile_backward(q_blk, k_blk, v_blk, d_out_blk, lse_blk, delta, 1 / math.sqrt(q_blk.shape[-1]))
+
+
+def _tile_backward_cases(generator: torch.Generator) -> list[Case]:
+    def randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator, dtype=dtype)
+
+    def case(batch, rows, n_key, k_start, cols, d_head, d_value, *, key_scale=1.0, dtype=torch.float32, note):
+        """A block of queries over all n_key keys (the forward's output and log-sum-exp), and the tile at k_start."""
+        q = randn(*batch, rows, d_head, dtype=dtype)
+        k = randn(*batch, n_key, d_head, dtype=dtype) * key_scale
+        v = randn(*batch, n_key, d_value, dtype=dtype)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(d_head)
+        out = torch.softmax(scores, dim=-1) @ v
+        lse = torch.logsumexp(scores, dim=-1, keepdim=True)
+        tile = slice(k_start, k_start + cols)
+        return Case.of(q_blk=q, k_blk=k[..., tile, :], v_blk=v[..., tile, :], out_blk=out,
+                       d_out_blk=randn(*batch, rows, d_value, dtype=dtype), lse_blk=lse, note=note)
+
+    return [
+        case((2,), 4, 12, 4, 4, 8, 5, note="the middle tile of three"),
+        case((2, 3), 3, 10, 0, 5, 6, 4, note="a head axis, the first tile of two"),
+        case((2,), 5, 9, 6, 3, 8, 8, key_scale=3.0, note="larger scores, the last tile of three"),
+        case((1,), 4, 7, 2, 1, 4, 6, note="a tile of one key"),
+        case((2,), 3, 8, 4, 4, 16, 3, dtype=torch.float64, note="float64, d_head 16"),
+    ]
+
+
+def _tile_backward_like(*, p_from="lse", delta="output", scale_scores=True, scale_grads=True):
+    """A learner's tile backward; each keyword reproduces one way of getting it wrong."""
+
+    def tile_backward(q_blk, k_blk, v_blk, out_blk, d_out_blk, lse_blk):
+        tau = 1 / math.sqrt(q_blk.shape[-1])
+        scores = q_blk @ k_blk.transpose(-2, -1)
+        if scale_scores:
+            scores = scores * tau
+        if p_from == "lse":
+            p = torch.exp(scores - lse_blk)
+        elif p_from == "exp":
+            p = torch.exp(scores)
+        elif p_from == "tile max":
+            p = torch.exp(scores - scores.amax(dim=-1, keepdim=True))
+        else:  # "tile softmax"
+            p = torch.softmax(scores, dim=-1)
+        d_v = p.transpose(-2, -1) @ d_out_blk
+        d_p = d_out_blk @ v_blk.transpose(-2, -1)
+        if delta == "output":
+            d_s = p * (d_p - (d_out_blk * out_blk).sum(dim=-1, keepdim=True))
+        elif delta == "tile":
+            d_s = p * (d_p - (d_out_blk * (p @ v_blk)).sum(dim=-1, keepdim=True))
+        else:  # forgotten
+            d_s = p * d_p
+        d_q = d_s @ k_blk
+        d_k = d_s.transpose(-2, -1) @ q_blk
+        if scale_grads:
+            d_q, d_k = d_q * tau, d_k * tau
+        return d_q, d_k, d_v
+
+    return tile_backward
+
+
+def _tile_backward_sign_flipped(q_blk, k_blk, v_blk, out_blk, d_out_blk, lse_blk):
+    tau = 1 / math.sqrt(q_blk.shape[-1])
+    p = torch.exp(q_blk @ k_blk.transpose(-2, -1) * tau - lse_blk)
+    d_s = p * ((d_out_blk * out_blk).sum(dim=-1, keepdim=True) - d_out_blk @ v_blk.transpose(-2, -1))
+    return tau * d_s @ k_blk, tau * d_s.transpose(-2, -1) @ q_blk, p.transpose(-2, -1) @ d_out_blk
+
+
+def _tile_backward_lse_added(q_blk, k_blk, v_blk, out_blk, d_out_blk, lse_blk):
+    tau = 1 / math.sqrt(q_blk.shape[-1])
+    p = torch.exp(q_blk @ k_blk.transpose(-2, -1) * tau + lse_blk)
+    d_s = p * (d_out_blk @ v_blk.transpose(-2, -1) - (d_out_blk * out_blk).sum(dim=-1, keepdim=True))
+    return tau * d_s @ k_blk, tau * d_s.transpose(-2, -1) @ q_blk, p.transpose(-2, -1) @ d_out_blk
+
+
+def _tile_backward_d_out_for_d_p(q_blk, k_blk, v_blk, out_blk, d_out_blk, lse_blk):
+    """Uses dP itself where dS belongs: the softmax's backward skipped."""
+    tau = 1 / math.sqrt(q_blk.shape[-1])
+    p = torch.exp(q_blk @ k_blk.transpose(-2, -1) * tau - lse_blk)
+    d_p = d_out_blk @ v_blk.transpose(-2, -1)
+    return tau * d_p @ k_blk, tau * d_p.transpose(-2, -1) @ q_blk, p.transpose(-2, -1) @ d_out_blk
+
+
+TILE_BACKWARD = Exercise(
+    id="13.tile_backward",
+    reference=reference_tile_backward,
+    cases=_tile_backward_cases,
+    points=2,
+    outputs=("dq", "dk", "dv"),
+    axes={"dq": "block_q d_head", "dk": "block_k d_head", "dv": "block_k d_value"},
+    checked=(
+        "a tile in the middle, first and last of a row of keys, a head axis, larger scores, a tile of one key, "
+        "d_value ≠ d_head, and float64"
+    ),
+    hint=(
+        "check each gradient on its own. dv needs only the weights: are yours the softmax over the whole row of "
+        "keys, which this tile alone cannot normalise? dq and dk also need the softmax's backward, whose sum over "
+        "the row's keys the full output already holds. And every place the scores depend on q or k carries the scale"
+    ),
+    mistakes=(
+        Mistake("delta_forgotten", "left D out of the softmax's backward",
+                "The softmax couples every key of a row: dS = P ∘ (dP - D), where D = rowsum(dO ∘ O) is one number "
+                "per query, the sum of P·dP over all its keys. Without it dq and dk are wrong, while dv is right.",
+                (_tile_backward_like(delta="forgotten"),)),
+        Mistake("delta_from_the_tile", "computed D from this tile's partial output P V instead of the full output O",
+                "D sums P·dP over every key of the row, not only this tile's: it equals rowsum(dO ∘ O) with the "
+                "output O of the whole row, which is why the backward is given out_blk.",
+                (_tile_backward_like(delta="tile"),)),
+        Mistake("weights_not_normalised", "recomputed the weights without dividing by the row's softmax sum",
+                "exp(score) or exp(score - the tile's maximum) is not yet a weight: the weight is exp(score - L), "
+                "with L the log-sum-exp of the whole row that the forward saved (lse_blk).",
+                (_tile_backward_like(p_from="exp"), _tile_backward_like(p_from="tile max"))),
+        Mistake("softmax_over_the_tile", "normalised the weights over this tile's keys only",
+                "A softmax over the tile makes its weights sum to 1 here, but the row's weights sum to 1 over all its "
+                "keys: exp(score - lse_blk) gives the tile's share of the whole row's softmax.",
+                (_tile_backward_like(p_from="tile softmax"),)),
+        Mistake("scale_left_out_of_gradients", "scaled the scores by 1/√d_k but not the gradients of q and k",
+                "The scores are τ·q·k with τ = 1/√d_k, so the chain rule brings τ into dq = τ dS K and dk = τ dSᵀ Q "
+                "as well.", (_tile_backward_like(scale_grads=False),)),
+        Mistake("scale_forgotten", "left 1/√d_k out altogether",
+                "The forward's scores, and so its log-sum-exp, are τ·q·k with τ = 1/√d_k: recompute the same scores, "
+                "and carry τ into dq and dk.", (_tile_backward_like(scale_scores=False, scale_grads=False),)),
+    ),
+    mutants=(
+        Mutant("sign_flipped", "computes dS = P ∘ (D - dP)", _tile_backward_sign_flipped),
+        Mutant("lse_added", "recomputes the weights as exp(score + L)", _tile_backward_lse_added),
+        Mutant("softmax_backward_skipped", "uses dP where dS belongs", _tile_backward_d_out_for_d_p),
+    ),
+)
+
+
+register(ONLINE_SOFTMAX, TILE_UPDATE, BANDED_ATTENTION, LINEAR_ATTENTION, TILE_BACKWARD)
 

@@ -6,7 +6,11 @@
   measures the whole process instead).
 - :func:`measure_attention_costs` times and measures causal self-attention methods over sequence lengths;
   :func:`fit_exponent` fits ``cost ∝ n^p`` on a log-log scale; :func:`plot_attention_costs` draws both.
-- :func:`run_under_memory_cap` runs one method in a fresh Python process whose address space is capped (Linux).
+- :func:`measure_training_memory` does the same for training, forward and backward together: what autograd keeps
+  for the backward counts, and that is where :func:`~tutorial_lib.efficient_attention.flash_attention` differs from
+  tiled attention differentiated by autograd.
+- :func:`run_under_memory_cap` runs one method in a fresh Python process whose address space is capped (Linux), for
+  inference or for one training step.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from tutorial_lib.attention import causal_attention
-from tutorial_lib.efficient_attention import banded_attention, linear_attention, tiled_attention
+from tutorial_lib.efficient_attention import banded_attention, flash_attention, linear_attention, tiled_attention
 from tutorial_lib.widgets._plotting import new_figure
 
 # --- measuring one call -------------------------------------------------------------------------------------------------
@@ -136,6 +140,18 @@ def attention_methods(*, window: int = 256, block: int = 256) -> dict[str, Atten
     }
 
 
+def training_methods(*, block: int = 256) -> dict[str, AttentionMethod]:
+    """Causal self-attention four ways for training, each ``(q, k, v) -> out``: the chapter-03 path and tiled
+    attention (``block × block`` tiles) differentiated by autograd, PyTorch's fused kernel with its own backward, and
+    :func:`~tutorial_lib.efficient_attention.flash_attention` with FlashAttention's backward."""
+    return {
+        "naive": lambda q, k, v: causal_attention(q, k, v),
+        "F.sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+        "tiled": lambda q, k, v: tiled_attention(q, k, v, causal=True, block_q=block, block_k=block),
+        "flash": lambda q, k, v: flash_attention(q, k, v, causal=True, block_size=block),
+    }
+
+
 @dataclass(frozen=True)
 class Cost:
     """One method at one length: the best time of a call and its peak tensor memory."""
@@ -184,6 +200,41 @@ def measure_attention_costs(
     return {name: {length: Cost(best[name][length], peaks[name][length]) for length in lengths} for name in methods}
 
 
+def training_step_memory(method: AttentionMethod, q: Tensor, k: Tensor, v: Tensor, *, seed: int = 0) -> int:
+    """The peak bytes of tensors alive at once during one forward and backward of ``method`` (gradients of q, k and
+    v, from a seeded random upstream gradient made beforehand): the activations autograd saves, the backward's
+    working memory and the gradients themselves."""
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    upstream = torch.randn(q.shape[:-1] + v.shape[-1:], generator=torch.Generator().manual_seed(seed), dtype=v.dtype)
+
+    def step() -> None:
+        method(q, k, v).backward(upstream)
+
+    return peak_tensor_memory(step)[1]
+
+
+def measure_training_memory(
+    methods: Mapping[str, AttentionMethod],
+    lengths: Sequence[int],
+    *,
+    n_heads: int = 1,
+    d_head: int = 64,
+    seed: int = 0,
+) -> dict[str, dict[int, int]]:
+    """``{method: {length: peak bytes}}`` of :func:`training_step_memory` on causal self-attention of one sequence
+    with ``n_heads`` heads of ``d_head``. Deterministic, like :func:`peak_tensor_memory`."""
+    if not methods or not lengths:
+        raise ValueError("methods and lengths must not be empty")
+    for length in lengths:
+        _check_positive_int("lengths", length)
+    peaks: dict[str, dict[int, int]] = {name: {} for name in methods}
+    for length in lengths:
+        q, k, v = random_qkv(length, n_heads=n_heads, d_head=d_head, seed=seed)
+        for name, method in methods.items():
+            peaks[name][length] = training_step_memory(method, q, k, v, seed=seed)
+    return peaks
+
+
 _STYLES = {"naive": ("black", "o"), "F.sdpa": ("tab:blue", "s"), "tiled": ("tab:orange", "^"),
            "banded": ("tab:green", "v"), "linear": ("tab:red", "D")}
 
@@ -219,26 +270,38 @@ def plot_attention_costs(costs: Mapping[str, Mapping[int, Cost]]) -> Figure:
 
 # --- a process with a memory cap ----------------------------------------------------------------------------------------
 
-CAPPED_METHODS = ("naive", "F.sdpa", "tiled")
+CAPPED_METHODS = ("naive", "F.sdpa", "tiled", "flash")
 
 _CHILD = r"""
 import json, resource, sys, time
 import torch
-from tutorial_lib.widgets.attention_costs import attention_methods, random_qkv
+from tutorial_lib.widgets.attention_costs import training_methods, random_qkv
 method, seq, n_heads, d_head, cap, block = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
-fn = attention_methods(block=block)[method]
+train = sys.argv[8] == "train"
+fn = training_methods(block=block)[method]
 torch.set_num_threads(int(sys.argv[7]))
-with torch.no_grad():
-    fn(*random_qkv(2 * block, n_heads=n_heads, d_head=d_head))  # warm up: threads and allocator arenas exist now
-    q, k, v = random_qkv(seq, n_heads=n_heads, d_head=d_head)
-    size = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmSize:"))
-    resource.setrlimit(resource.RLIMIT_AS, (size + cap, size + cap))
-    start = time.perf_counter()
-    try:
-        out = fn(q, k, v)
-        result = {"completed": True, "error": "", "checksum": float(out.double().abs().sum())}
-    except (RuntimeError, MemoryError) as error:
-        result = {"completed": False, "error": f"{type(error).__name__}: {str(error).strip().splitlines()[0]}", "checksum": 0.0}
+
+
+def run(q, k, v):  # inference: the output; training: the output and the gradients of q, k, v for upstream 1
+    if not train:
+        with torch.no_grad():
+            return [fn(q, k, v)]
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    out = fn(q, k, v)
+    out.backward(torch.ones_like(out))
+    return [out.detach(), q.grad, k.grad, v.grad]
+
+
+run(*random_qkv(2 * block, n_heads=n_heads, d_head=d_head))  # warm up: threads and allocator arenas exist now
+q, k, v = random_qkv(seq, n_heads=n_heads, d_head=d_head)
+size = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmSize:"))
+resource.setrlimit(resource.RLIMIT_AS, (size + cap, size + cap))
+start = time.perf_counter()
+try:
+    results = run(q, k, v)
+    result = {"completed": True, "error": "", "checksum": sum(float(t.double().abs().sum()) for t in results)}
+except (RuntimeError, MemoryError) as error:
+    result = {"completed": False, "error": f"{type(error).__name__}: {str(error).strip().splitlines()[0]}", "checksum": 0.0}
 peak = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmHWM:"))
 result.update(seconds=time.perf_counter() - start, peak_resident_bytes=peak)
 print(json.dumps(result))
@@ -247,23 +310,27 @@ print(json.dumps(result))
 
 @dataclass(frozen=True)
 class CappedRun:
-    """What one method did in a process allowed ``cap_bytes`` of address space beyond what it had after warming up."""
+    """What one method did in a process allowed ``cap_bytes`` of address space beyond what it had after warming up
+    (``train``: one forward and backward, else the forward alone)."""
 
     method: str
     seq: int
     cap_bytes: int
+    train: bool
     completed: bool
     error: str  # the exception's first line when it did not complete
     seconds: float
     peak_resident_bytes: int  # the process's peak resident memory (VmHWM), torch and Python included
-    checksum: float  # Σ |out| in float64, to compare methods that completed
+    checksum: float  # Σ |out| in float64 (training: plus Σ |grad| of q, k and v), to compare methods that completed
 
 
-def run_under_memory_cap(method: str, seq: int, *, cap_bytes: int, n_heads: int = 1, d_head: int = 64,
-                         block: int = 512, threads: int | None = None, timeout: float = 300.0) -> CappedRun:
+def run_under_memory_cap(method: str, seq: int, *, cap_bytes: int, train: bool = False, n_heads: int = 1,
+                         d_head: int = 64, block: int = 512, threads: int | None = None,
+                         timeout: float = 300.0) -> CappedRun:
     """Run one of :data:`CAPPED_METHODS` on causal self-attention of ``seq`` positions in a fresh Python process
-    whose address space (``RLIMIT_AS``) may grow by ``cap_bytes`` after a warm-up call. Linux only: elsewhere the cap
-    is not enforced the same way, and this raises ``RuntimeError``."""
+    whose address space (``RLIMIT_AS``) may grow by ``cap_bytes`` after a warm-up call; with ``train``, one forward
+    and backward (upstream gradient 1). Linux only: elsewhere the cap is not enforced the same way, and this raises
+    ``RuntimeError``."""
     if method not in CAPPED_METHODS:
         raise ValueError(f"method must be one of {CAPPED_METHODS}, got {method!r}")
     _check_positive_int("seq", seq)
@@ -272,12 +339,12 @@ def run_under_memory_cap(method: str, seq: int, *, cap_bytes: int, n_heads: int 
         raise RuntimeError("run_under_memory_cap needs Linux (RLIMIT_AS and /proc/self/status)")
     threads = threads or torch.get_num_threads()
     command = [sys.executable, "-c", _CHILD, method, str(seq), str(n_heads), str(d_head), str(cap_bytes), str(block),
-               str(threads)]
+               str(threads), "train" if train else "infer"]
     completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     if completed.returncode != 0:
         raise RuntimeError(f"the capped process failed: {completed.stderr.strip()[-500:]}")
     result = json.loads(completed.stdout.strip().splitlines()[-1])
-    return CappedRun(method=method, seq=seq, cap_bytes=cap_bytes, **result)
+    return CappedRun(method=method, seq=seq, cap_bytes=cap_bytes, train=train, **result)
 
 
 def _check_positive_int(name: str, value: object) -> None:

@@ -5,6 +5,8 @@
 :func:`tutorial_lib.efficient_attention.tiled_attention` visits them; :func:`plot_tile_grid` draws it and
 :func:`tile_grid_widget` wraps it with sliders. :func:`online_softmax_trace` records the running maximum and
 denominator of :func:`tutorial_lib.efficient_attention.online_softmax` after every block.
+:func:`standard_attention_traffic` and :func:`tiled_attention_traffic` count the numbers moved between slow and fast
+memory (FlashAttention's Theorem 2), the second by walking the same tiles, in either loop order.
 """
 
 from __future__ import annotations
@@ -138,3 +140,62 @@ def online_softmax_trace(x: Float[Tensor, " n"], block_size: int) -> list[Online
         m = m_new
         steps.append(OnlineSoftmaxStep(start, start + len(block), block.max().item(), m, l))
     return steps
+
+
+# --- traffic between slow and fast memory (FlashAttention's Theorem 2) -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Numbers moved between slow memory (a GPU's HBM) and fast memory (its on-chip SRAM) by one attention forward."""
+
+    reads: int
+    writes: int
+
+    @property
+    def total(self) -> int:
+        return self.reads + self.writes
+
+
+def standard_attention_traffic(n_query: int, n_key: int, d_head: int, d_value: int | None = None) -> Traffic:
+    """FlashAttention's Algorithm 0, the standard implementation: read Q and K, write S = QKᵀ; read S, write
+    P = softmax(S); read P and V, write O = PV. ``Θ(n·d + n²)``: the ``n × n`` matrices cross twice each."""
+    _check_sizes(n_query=n_query, n_key=n_key, d_head=d_head)
+    d_value = d_head if d_value is None else d_value
+    scores = n_query * n_key
+    reads = n_query * d_head + n_key * d_head + scores + scores + n_key * d_value
+    writes = scores + scores + n_query * d_value
+    return Traffic(reads, writes)
+
+
+def tiled_attention_traffic(n_query: int, n_key: int, d_head: int, block_q: int, block_k: int, *,
+                            order: str = "queries outer", causal: bool = False, d_value: int | None = None) -> Traffic:
+    """What a tiled forward moves, walking the tiles that :func:`tile_grid` computes, with fast memory holding one
+    block of queries, one tile of keys and values, and the block's running state.
+
+    ``"queries outer"`` (FlashAttention-2, and :func:`~tutorial_lib.efficient_attention.tiled_attention`): a block
+    of queries is read once, every tile reads its keys and values, the output and log-sum-exp are written once.
+    ``"keys outer"`` (FlashAttention's Algorithm 1): a tile of keys and values is read once, and every tile reads the
+    block of queries with its partial output, ``ℓ`` and ``m``, and writes the rescaled output, ``ℓ`` and ``m`` back."""
+    _check_sizes(n_query=n_query, n_key=n_key, d_head=d_head, block_q=block_q, block_k=block_k)
+    if order not in ("queries outer", "keys outer"):
+        raise ValueError(f"order must be 'queries outer' or 'keys outer', got {order!r}")
+    d_value = d_head if d_value is None else d_value
+    grid = tile_grid(n_query, n_key, block_q, block_k, causal=causal) != SKIPPED
+    rows = torch.tensor([min(block_q, n_query - s) for s in range(0, n_query, block_q)])
+    cols = torch.tensor([min(block_k, n_key - s) for s in range(0, n_key, block_k)])
+    tile_rows = int((rows[:, None] * grid).sum())  # Σ over computed tiles of the tile's queries
+    tile_cols = int((cols[None, :] * grid).sum())  # Σ over computed tiles of the tile's keys
+    if order == "queries outer":
+        reads = n_query * d_head + tile_cols * (d_head + d_value)
+        writes = n_query * (d_value + 1)  # O and the log-sum-exp L
+    else:
+        reads = n_key * (d_head + d_value) + tile_rows * (d_head + d_value + 2)  # Q_i, O_i, ℓ_i, m_i per tile
+        writes = tile_rows * (d_value + 2)  # O_i, ℓ_i, m_i per tile
+    return Traffic(reads, writes)
+
+
+def _check_sizes(**sizes: object) -> None:
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
