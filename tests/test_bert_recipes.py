@@ -31,9 +31,13 @@ from tutorial_lib.recipes.bert import (
     fine_tune_hub_bert,
     load_or_train_tiny_bert,
     make_pretraining_batch,
+    accuracy_hiding_from_cls,
     mlm_baselines,
+    model_from_snapshot,
+    pair_positions,
     pretraining_batches,
     pretraining_metrics,
+    random_text_positions,
     tiny_bert_checkpoint_path,
     train_bag_of_words,
     train_tiny_bert,
@@ -173,6 +177,67 @@ def test_the_cache_gives_back_the_same_model_and_record(data, tmp_path):
              for masking, seed, stop in [("80/10/10", 0, None), ("all [MASK]", 0, None), ("80/10/10", 1, None),
                                          ("80/10/10", 0, 3)]}
     assert len(paths) == 4  # every setting has its own file
+
+
+def test_a_snapshot_is_the_model_a_run_stopped_there_gives(data, tmp_path):
+    cfg = _config(data)
+    _, record = train_tiny_bert(data, model_cfg=cfg, train_cfg=SHORT, batch_size=8, snapshot_at=3, progress=False)
+    stopped, _ = train_tiny_bert(data, model_cfg=cfg, train_cfg=SHORT, batch_size=8, stop_after=3, progress=False)
+    snapshot = model_from_snapshot(record, cfg)
+    for (name, p), q in zip(stopped.state_dict().items(), snapshot.state_dict().values()):
+        assert torch.equal(p, q), name
+    _, last = train_tiny_bert(data, model_cfg=cfg, train_cfg=SHORT, batch_size=8, snapshot_at=6, progress=False)
+    assert torch.equal(last["snapshot"]["bert.embed.weight"], last_model_weight(data, cfg))
+    for bad in (0, 7, True):
+        with pytest.raises(ValueError, match="snapshot_at"):
+            train_tiny_bert(data, model_cfg=cfg, train_cfg=SHORT, snapshot_at=bad, progress=False)
+    with pytest.raises(ValueError, match="snapshot"):
+        model_from_snapshot({"metrics": []}, cfg)
+    kwargs = {"model_cfg": cfg, "train_cfg": SHORT, "batch_size": 8, "checkpoint_dir": tmp_path, "progress": False}
+    _, saved = load_or_train_tiny_bert(data, snapshot_at=3, **kwargs)
+    _, loaded = load_or_train_tiny_bert(data, snapshot_at=3, **kwargs)
+    assert torch.equal(saved["snapshot"]["bert.embed.weight"], loaded["snapshot"]["bert.embed.weight"])
+    assert tiny_bert_checkpoint_path(cfg, SHORT, 8, snapshot_at=3) != tiny_bert_checkpoint_path(cfg, SHORT, 8)
+
+
+def last_model_weight(data: ScriptData, cfg: BERTConfig) -> torch.Tensor:
+    model, _ = train_tiny_bert(data, model_cfg=cfg, train_cfg=SHORT, batch_size=8, progress=False)
+    return model.state_dict()["bert.embed.weight"]
+
+
+def test_knocking_a_token_out_of_cls_view(data):
+    tok = data.tokenizer
+    pairs = [("and so it is", "so it is", 1), ("so", "and so", 0), ("it is so and", "it", 1)]
+    batch = encode_labelled_pairs(pairs, tok, 48)
+    places = pair_positions(batch.segments, batch.lengths)
+    assert places["end of A"].tolist() == [4, 1, 4] and places["start of B"].tolist() == [6, 3, 6]
+    assert places["first [SEP]"].tolist() == [5, 2, 5]
+    draws = torch.stack([random_text_positions(batch.segments, batch.lengths, avoid=[places["end of A"]],
+                                               generator=torch.Generator().manual_seed(s)) for s in range(200)])
+    assert set(draws[:, 0].tolist()) == {1, 2, 3, 6, 7, 8} and set(draws[:, 1].tolist()) == {3, 4}
+    assert set(draws[:, 2].tolist()) == {1, 2, 3, 6}  # never [CLS], a [SEP], padding or what is avoided
+    two_words = encode_labelled_pairs([("so", "it", 0)], tok, 48)  # nothing left once both places are avoided
+    two_places = pair_positions(two_words.segments, two_words.lengths)
+    with pytest.raises(ValueError, match="outside avoid"):
+        random_text_positions(two_words.segments, two_words.lengths, generator=torch.Generator().manual_seed(0),
+                              avoid=[two_places["end of A"], two_places["start of B"]])
+    torch.manual_seed(0)
+    model = BERTForSequenceClassification(_config(data), 2).eval()
+    # Hiding a token from [CLS] equals running with that key masked in [CLS]'s row, by hand, pair by pair.
+    hidden = torch.tensor([4, 1, 4])
+    with torch.no_grad():
+        for row in range(3):
+            seq = int(batch.lengths[row])
+            tokens, segments = batch.tokens[row : row + 1, :seq], batch.segments[row : row + 1, :seq]
+            mask = torch.ones(1, seq, seq, dtype=torch.bool)
+            mask[0, 0, hidden[row]] = False
+            by_hand, untouched = model(tokens, segments, mask=mask), model(tokens, segments)
+            assert not torch.allclose(by_hand, untouched)  # the knockout changes what [CLS] computes
+            right = float(by_hand.argmax(-1).item() == batch.labels[row].item())
+            assert accuracy_hiding_from_cls(model, batch[row : row + 1], hidden[row : row + 1]) == right
+    for bad in (torch.tensor([0, 1, 1]), torch.tensor([4, 1, 40]), torch.tensor([4, 1])):
+        with pytest.raises(ValueError, match="hidden"):
+            accuracy_hiding_from_cls(model, batch, bad)
 
 
 def test_turn_task_trains_on_the_training_plays_and_tests_on_the_others(data):

@@ -261,6 +261,53 @@ def test_bpe_train_rejects_bad_arguments(kwargs, message):
         BPETokenizer.train(**kwargs)
 
 
+SPECIALS = ["<pad>", "<bos>", "<eos>"]
+
+
+def test_special_tokens_are_single_ids_after_the_merges_and_round_trip(shakespeare):
+    tok = BPETokenizer.train(shakespeare[:50_000], n_merges=200, special_tokens=SPECIALS)
+    assert tok.d_vocab == 256 + 200 + 3 and list(tok.special_tokens.values()) == [456, 457, 458]
+    pad, bos, eos = tok.special_tokens.values()
+    text = "<bos>First Citizen:<eos><bos>Speak, speak.<eos><pad><pad>"
+    ids = tok.encode(text)
+    assert ids[0] == bos and ids[-3:] == [eos, pad, pad] and ids.count(bos) == 2 and ids.count(eos) == 2
+    assert tok.decode(ids) == text
+    # Never merged across: the text between special tokens encodes as it does alone.
+    assert ids[1 : ids.index(eos)] == tok.encode("First Citizen:")
+    # Never produced by merges: no merged token holds a special token's text, even after training on text full of them.
+    trained_on_specials = BPETokenizer.train("<eos><bos>" * 500 + "a b", n_merges=20, special_tokens=SPECIALS)
+    assert all(b"<" not in left + right and b">" not in left + right for left, right in trained_on_specials.merges)
+    assert trained_on_specials.encode("<eos><bos>") == [trained_on_specials.special_tokens["<eos>"],
+                                                        trained_on_specials.special_tokens["<bos>"]]
+
+
+def test_special_tokens_as_plain_text_and_the_longest_match():
+    tok = BPETokenizer([(b"<", b"e")], special_tokens=["<e", "<eos>"])
+    assert tok.encode("<eos>") == [tok.special_tokens["<eos>"]]  # the longer special wins
+    assert tok.encode("<e<eos>") == [tok.special_tokens["<e"], tok.special_tokens["<eos>"]]
+    plain = tok.encode("<eos>", allow_special=False)
+    assert plain == list(b"<eos>") and tok.decode(plain) == "<eos>"  # the pre-tokenizer cuts "<" from "eos"
+    assert BPETokenizer([(b"<", b"e")]).encode("<eos>") == plain  # without special tokens: as before
+    assert repr(tok) == "BPETokenizer(d_vocab=259, n_merges=1, special_tokens=['<e', '<eos>'])"
+
+
+@pytest.mark.parametrize(
+    ("special_tokens", "message"),
+    [("<eos>", "special_tokens must be a sequence of strings"), (["<eos>", ""], "non-empty strings"),
+     (["<eos>", "<eos>"], "must not repeat")],
+)
+def test_special_tokens_reject_bad_input(special_tokens, message):
+    with pytest.raises(ValueError, match=message):
+        BPETokenizer(special_tokens=special_tokens)
+
+
+def test_vocab_size_counts_the_special_tokens():
+    tok = BPETokenizer.train("hug pug pun bun hugs " * 5, vocab_size=262, special_tokens=SPECIALS)
+    assert tok.d_vocab == 262 and len(tok.merges) == 3
+    with pytest.raises(ValueError, match="vocab_size must be at least 256"):
+        BPETokenizer.train("abc", vocab_size=258, special_tokens=SPECIALS)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Against Hugging Face `tokenizers` and GPT-2's own pre-tokenizer
 # ---------------------------------------------------------------------------------------------------------------

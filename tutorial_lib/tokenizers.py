@@ -7,7 +7,8 @@ A model sees integers, not text. A tokenizer is the pair of maps ``encode: str -
   Tiny vocabulary, long sequences.
 * :class:`BPETokenizer`: byte-level byte-pair encoding as in GPT-2 (Sennrich et al., 2016; Radford et al.,
   2019). Start from the 256 byte values, so every string can be encoded, then repeatedly merge the most frequent
-  adjacent pair of tokens into a new token. Larger vocabulary, shorter sequences.
+  adjacent pair of tokens into a new token. Larger vocabulary, shorter sequences. Special tokens (``<bos>``,
+  ``<eos>``, ``<pad>``) can be added: one id each, after the merged tokens, never merged with the text around them.
 
 :func:`train_bpe` is the merge loop itself, on any symbols that concatenate with ``+`` (characters or bytes):
 the textbook example of the chapter runs it on characters, :class:`BPETokenizer` runs it on bytes.
@@ -214,13 +215,18 @@ def pretokenize(text: str) -> list[str]:
 
 
 class BPETokenizer:
-    """Byte-level BPE: ids 0-255 are the single bytes, each later id a token built by a learned merge.
+    """Byte-level BPE: ids 0-255 are the single bytes, each later id a token built by a learned merge, then the
+    special tokens, if any.
 
     Any string round-trips, whatever its characters, because every string is a sequence of UTF-8 bytes.
     Build one with :meth:`train`, or from a list of merges (pairs of ``bytes``) learned before.
+
+    ``special_tokens`` (such as ``"<bos>"``, ``"<eos>"``, ``"<pad>"``) get one id each, after the merges' tokens. In a
+    text, each occurrence of one is cut out before the pre-tokenizer runs and encoded as its single id, so no merge
+    ever crosses it or produces it (``encode(..., allow_special=False)`` treats them as plain text instead).
     """
 
-    def __init__(self, merges: Iterable[tuple[bytes, bytes]] = ()) -> None:
+    def __init__(self, merges: Iterable[tuple[bytes, bytes]] = (), special_tokens: Sequence[str] = ()) -> None:
         self.vocab: list[bytes] = [bytes([b]) for b in range(256)]
         self.merges: list[tuple[bytes, bytes]] = []
         self.trace: tuple[MergeStep, ...] = ()  # filled by `train`: each merge with its count
@@ -236,32 +242,54 @@ class BPETokenizer:
                 self.vocab.append(left + right)
             self._ranks.setdefault((self._ids[left], self._ids[right]), rank)
             self.merges.append((left, right))
+        if isinstance(special_tokens, str):
+            raise ValueError(f"special_tokens must be a sequence of strings, got the string {special_tokens!r}")
+        self.special_tokens: dict[str, int] = {}  # special token -> its id, after every merged token
+        for token in special_tokens:
+            if not isinstance(token, str) or token == "":
+                raise ValueError(f"special_tokens must hold non-empty strings, got {token!r}")
+            if token in self.special_tokens:
+                raise ValueError(f"special_tokens must not repeat a token, got {token!r} twice")
+            self.special_tokens[token] = len(self.vocab)
+            self.vocab.append(token.encode("utf-8"))  # what decode writes for it
+        # Longest first, so that a special token that contains another one wins.
+        alternatives = sorted(self.special_tokens, key=len, reverse=True)
+        self._special_pattern = re.compile("(" + "|".join(map(re.escape, alternatives)) + ")") if alternatives else None
 
     @classmethod
     def train(
-        cls, corpus: str | Mapping[str, int], *, vocab_size: int | None = None, n_merges: int | None = None
+        cls,
+        corpus: str | Mapping[str, int],
+        *,
+        vocab_size: int | None = None,
+        n_merges: int | None = None,
+        special_tokens: Sequence[str] = (),
     ) -> BPETokenizer:
         """Learn merges from ``corpus``: a text (split with :func:`pretokenize`) or a mapping word -> count.
 
-        Give ``vocab_size`` (at least 256: the bytes) or ``n_merges``. The merges and their counts are in
+        Give ``vocab_size`` (at least 256, the bytes, plus the special tokens) or ``n_merges``. Special tokens in a
+        text corpus are cut out before counting, so no merge learns from them. The merges and their counts are in
         ``tokenizer.trace``.
         """
         if (vocab_size is None) == (n_merges is None):
             raise ValueError(f"give exactly one of vocab_size and n_merges, got {vocab_size=}, {n_merges=}")
+        specials = cls((), special_tokens)  # validates special_tokens; its pattern cuts them out of the corpus
         if vocab_size is not None:
             _check_non_negative_int("vocab_size", vocab_size)
-            if vocab_size < 256:
-                raise ValueError(f"vocab_size must be at least 256 (the byte alphabet), got {vocab_size}")
-            n_merges = vocab_size - 256  # each merge adds one token
+            if vocab_size < specials.d_vocab:
+                raise ValueError(f"vocab_size must be at least 256 (the byte alphabet) + {len(specials.special_tokens)} "
+                                 f"(the special tokens) = {specials.d_vocab}, got {vocab_size}")
+            n_merges = vocab_size - specials.d_vocab  # each merge adds one token
         if isinstance(corpus, str):
             if len(corpus) == 0:
                 raise ValueError("corpus must be a non-empty text")
-            word_counts = Counter(pretokenize(corpus))
+            pieces = specials._special_pattern.split(corpus)[::2] if specials._special_pattern else [corpus]
+            word_counts = Counter(word for piece in pieces for word in pretokenize(piece))
         else:
             word_counts = corpus
         byte_words = {tuple(bytes([b]) for b in word.encode("utf-8")): count for word, count in word_counts.items()}
         result = train_bpe(byte_words, n_merges, alphabet=[bytes([b]) for b in range(256)])
-        tokenizer = cls(result.merges)
+        tokenizer = cls(result.merges, special_tokens)
         tokenizer.trace = result.steps
         return tokenizer
 
@@ -269,7 +297,18 @@ class BPETokenizer:
     def d_vocab(self) -> int:
         return len(self.vocab)
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, *, allow_special: bool = True) -> list[int]:
+        """The ids of ``text``. Each special token in it becomes its one id, unless ``allow_special`` is False (text
+        from a user, say, where ``"<eos>"`` should not end the sequence): then it is encoded as the plain text it is."""
+        if self._special_pattern is None or not allow_special:
+            return self._encode_ordinary(text)
+        ids = []
+        # A capturing split alternates: text, special token, text, ..., so the odd pieces are the special tokens.
+        for i, piece in enumerate(self._special_pattern.split(text)):
+            ids.extend([self.special_tokens[piece]] if i % 2 else self._encode_ordinary(piece))
+        return ids
+
+    def _encode_ordinary(self, text: str) -> list[int]:
         ids = []
         for word in pretokenize(text):
             if word not in self._cache:
@@ -294,7 +333,8 @@ class BPETokenizer:
         return b"".join(self.vocab[i] for i in ids).decode("utf-8", errors="replace")
 
     def __repr__(self) -> str:
-        return f"BPETokenizer(d_vocab={self.d_vocab}, n_merges={len(self.merges)})"
+        specials = f", special_tokens={list(self.special_tokens)}" if self.special_tokens else ""
+        return f"BPETokenizer(d_vocab={self.d_vocab}, n_merges={len(self.merges)}{specials})"
 
 
 def _as_id_list(ids: Sequence[int] | Tensor, d_vocab: int) -> list[int]:
