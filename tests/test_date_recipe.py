@@ -23,7 +23,8 @@ from tutorial_lib.recipes import (
 )
 from tutorial_lib.data.dates import DATE_FORMATS, encode_pairs, field_spans, make_date_pairs, make_labelled_date_pairs
 from tutorial_lib.models.transformer import Transformer
-from tutorial_lib.recipes import DATE_VOCAB
+from tutorial_lib.recipes import DATE_VOCAB, date_transformer
+from tutorial_lib.recipes.date_transformer import NoamWithoutWarmup, load_or_train_date_snapshots
 
 TINY = DATE_TRANSFORMER_CONFIG.replace(d_model=16, n_heads=2, n_layers=1, d_ff=32)
 SHORT = dataclasses.replace(DATE_TRAIN_CONFIG, max_steps=4, warmup_steps=2, eval_interval=2, log_interval=1)
@@ -182,3 +183,48 @@ def test_the_recipe_returns_the_average_of_its_last_checkpoints():
 def test_averaging_refuses_a_run_it_cannot_average(changes, message):
     with pytest.raises(ValueError, match=message):
         train_date_transformer(model_cfg=TINY, train_cfg=dataclasses.replace(SHORT, **changes), progress=False)
+
+
+def test_noam_without_warmup_starts_at_the_recipes_peak_and_then_follows_it():
+    recipe = dataclasses.replace(DATE_TRAIN_CONFIG, max_steps=300)
+    no_warmup = NoamWithoutWarmup(**dataclasses.asdict(recipe))
+    peak = max(recipe.lr_at(step, 64) for step in range(300))
+    assert peak == recipe.lr_at(recipe.warmup_steps - 1, 64)  # Eq. (3) peaks at update warmup_steps
+    for step in range(recipe.warmup_steps - 1):
+        assert no_warmup.lr_at(step, 64) == peak > recipe.lr_at(step, 64)
+    for step in range(recipe.warmup_steps - 1, 300):
+        assert no_warmup.lr_at(step, 64) == recipe.lr_at(step, 64)
+    assert repr(no_warmup) != repr(recipe)  # a cache key of its own
+    with pytest.raises(ValueError, match="schedule must be 'noam'"):
+        NoamWithoutWarmup(max_steps=10, schedule="constant")
+
+
+def test_a_snapshot_of_a_longer_run_is_the_shorter_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(date_transformer, "DATE_SNAPSHOT_STEPS", (2, 4))
+    longer = dataclasses.replace(SHORT, max_steps=6, eval_interval=3)
+    snapshots = load_or_train_date_snapshots(model_cfg=TINY, train_cfg=longer, batch_size=8, average_last=1,
+                                             checkpoint_dir=tmp_path, progress=False)
+    assert sorted(snapshots) == [2, 4] and not any(m.training for m in snapshots.values())
+    shorter, record = load_or_train_date_transformer(model_cfg=TINY, train_cfg=SHORT, batch_size=8, average_last=1,
+                                                     checkpoint_dir=tmp_path, progress=False)
+    for a, b in zip(snapshots[4].state_dict().values(), shorter.state_dict().values()):
+        assert torch.equal(a, b)  # Eq. (3) does not depend on max_steps: the first 4 updates are the same
+    assert load_or_train_date_snapshots(model_cfg=TINY, train_cfg=SHORT, batch_size=8, average_last=1,
+                                        checkpoint_dir=tmp_path, progress=False).keys() == {2, 4}
+    assert len(list(tmp_path.glob("*.pt"))) == 2
+    # With average_last=1 the record's validation numbers are those of the run's last evaluation and weights.
+    assert record["val_loss"] == record["history"]["val_loss"][-1]
+    assert record["val_exact_match"] == record["last_val_exact_match"]
+
+
+def test_the_causal_shortcut_gives_the_greedy_exact_match():
+    torch.manual_seed(0)
+    model = Transformer(TINY).eval()
+    with torch.no_grad():  # decisive logits, so that rounding cannot flip a token between the two computations
+        model.unembed.weight.mul_(8.0)
+    sources = [source for source, _ in date_splits().test[:40]]
+    written = normalise_dates(model, sources)
+    # Targets the model writes itself (where they are a string of the date vocabulary), and others it does not.
+    pairs = [(s, w) for s, w in zip(sources, written) if w and len(w) <= 10] + date_splits().test[:20]
+    assert 0 < exact_match(model, pairs) < 1
+    assert date_transformer._causal_exact_match(model, pairs) == exact_match(model, pairs)

@@ -1,5 +1,6 @@
 """Chapter 07's recipe: the paper's encoder-decoder Transformer on date normalisation (trained once and cached), with
-§6.1's checkpoint averaging, the decoder without its causal mask (the chapter's "what if"), and the model put to work.
+§6.1's checkpoint averaging, the weights kept along a run, the decoder without its causal mask and Eq. (3) without
+its warm-up (the chapter's "what if"), and the model put to work.
 
 The task of ``tutorial_lib.data.dates``: "3rd of March 1997" -> "1997-03-03". Every one of the 36,525 dates lies in
 exactly one split, so the test dates are dates the model never saw, in any format.
@@ -17,7 +18,7 @@ import torch
 
 from tutorial_lib.blocks import DecoderBlock
 from tutorial_lib.data.dates import DateSplits, DateVocab, Seq2SeqBatch, encode_pairs, make_date_splits, pad_sequences
-from tutorial_lib.decoding import beam_search_batch, greedy_decode, transformer_batch_log_probs_fn
+from tutorial_lib.decoding import beam_search_batch, eval_mode, greedy_decode, transformer_batch_log_probs_fn
 from tutorial_lib.models.transformer import Transformer, TransformerConfig
 from tutorial_lib.recipes.cache import cached_model_path, load_or_train
 from tutorial_lib.training import TrainConfig, TrainHistory, evaluate, label_smoothing_loss, train
@@ -56,6 +57,28 @@ DATE_MAX_LEN = 11  # ten ISO characters and <eos>
 
 DATE_AVERAGE_LAST = 5  # §6.1: "a single model obtained by averaging the last 5 checkpoints"
 DATE_AVERAGE_INTERVAL = 50  # updates between two of those checkpoints (the paper wrote one every 10 minutes)
+# The raw weights a run keeps along the way (those at or before its last update), saved in its cache file: chapter 07
+# decodes early checkpoints of its training run, where greedy and beam search disagree most, and reads the weights after
+# 100 and 200 updates as the seed-0 baseline of its "what if" runs (Eq. (3) does not depend on the run's length, so they
+# are the weights a run of 100 or 200 updates ends with), and the other runs' weights after 100 updates.
+DATE_SNAPSHOT_STEPS = (100, 200, 400)
+
+
+@dataclasses.dataclass(frozen=True)
+class NoamWithoutWarmup(TrainConfig):
+    """Eq. (3) without its warm-up: the recipe's peak rate from the first update, held until update ``warmup_steps``
+    (where the recipe reaches it), then the same 1/√step decay. Only the first ``warmup_steps - 1`` updates differ
+    from the recipe, so a run with it measures the warm-up alone, apart from the height of the first rates.
+    (Eq. (3) with ``warmup_steps=1`` instead starts at √warmup_steps times the recipe's peak.)"""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.schedule != "noam":
+            raise ValueError(f"NoamWithoutWarmup holds Eq. (3)'s peak: schedule must be 'noam', got {self.schedule!r}")
+
+    def lr_at(self, step: int, d_model: int | None = None) -> float:
+        """The rate of update ``step`` (0-based): ``lr · d_model^-0.5 · min((step + 1)^-0.5, warmup_steps^-0.5)``."""
+        return super().lr_at(max(step, self.warmup_steps - 1), d_model)  # before the peak: the peak
 
 
 class CheckpointAverage:
@@ -206,7 +229,7 @@ def date_transformer_checkpoint_path(
 ) -> Path:
     """Where :func:`load_or_train_date_transformer` keeps the model of these settings (a hash of all of them)."""
     settings = (model_cfg, train_cfg, batch_size, smoothing, seed, DATE_SPLIT_SIZES, DATE_SPLIT_SEED,
-                (average_last, DATE_AVERAGE_INTERVAL))
+                (average_last, DATE_AVERAGE_INTERVAL), ("snapshots", DATE_SNAPSHOT_STEPS))
     return cached_model_path("date_transformer", settings if causal_decoder else (*settings, "no decoder causal mask"),
                              checkpoint_dir)
 
@@ -228,46 +251,94 @@ def load_or_train_date_transformer(
     earlier call saved (user cache), and its training record: ``history`` (the run's, as a dict), ``seconds`` of
     training (evaluations excluded), and on the validation dates ``val_loss`` and ``val_exact_match`` (greedy) of the
     returned model and ``last_val_exact_match`` of the run's last weights (the same model when ``average_last=1``)."""
+    saved, trained = _load_or_train_payload(model_cfg, train_cfg, batch_size, smoothing, seed, causal_decoder,
+                                            average_last, checkpoint_dir, device, progress)
+    model = trained if trained is not None else _date_model(model_cfg, causal_decoder, saved["model"], device)
+    return model, saved["record"]
+
+
+def load_or_train_date_snapshots(
+    *,
+    model_cfg: TransformerConfig = DATE_TRANSFORMER_CONFIG,
+    train_cfg: TrainConfig = DATE_TRAIN_CONFIG,
+    batch_size: int = DATE_BATCH_SIZE,
+    smoothing: float = DATE_LABEL_SMOOTHING,
+    seed: int = 0,
+    causal_decoder: bool = True,
+    average_last: int = DATE_AVERAGE_LAST,
+    checkpoint_dir: str | Path | None = None,
+    device: torch.device | str = "cpu",
+    progress: bool = True,
+) -> dict[int, Transformer]:
+    """The raw weights of the run of these settings after each update count of ``DATE_SNAPSHOT_STEPS`` that the run
+    reaches, as models in eval mode, keyed by that count: read from the same cache file as
+    :func:`load_or_train_date_transformer` (training the run first if no earlier call did). Not averaged: the weights
+    after update ``k`` are those of a run of ``k`` updates with the same settings."""
+    saved, _ = _load_or_train_payload(model_cfg, train_cfg, batch_size, smoothing, seed, causal_decoder, average_last,
+                                      checkpoint_dir, device, progress)
+    return {int(updates): _date_model(model_cfg, causal_decoder, state, device)
+            for updates, state in saved["snapshots"].items()}
+
+
+def _load_or_train_payload(
+    model_cfg: TransformerConfig, train_cfg: TrainConfig, batch_size: int, smoothing: float, seed: int,
+    causal_decoder: bool, average_last: int, checkpoint_dir: str | Path | None, device: torch.device | str,
+    progress: bool,
+) -> tuple[dict, Transformer | None]:
+    """The cache file's payload (``model``, ``record``, ``snapshots``) and the model when this call trained it."""
     path = date_transformer_checkpoint_path(model_cfg, train_cfg, batch_size, smoothing, seed, causal_decoder,
                                             average_last, checkpoint_dir=checkpoint_dir)
     trained = []  # the model, when this call trains it
 
     def train_model() -> dict:
         torch.manual_seed(seed)
-        model = Transformer(model_cfg)  # built here, as train_date_transformer would, so that the callback can read it
-        last_weights = {}
+        model = Transformer(model_cfg)  # built here, as train_date_transformer would, so that the callbacks can read it
+        last_weights, snapshots = {}, {}
 
-        def keep_last_weights(event: str, info: dict) -> None:
-            if event == "step" and info["step"] == train_cfg.max_steps - 1:
+        def keep_weights(event: str, info: dict) -> None:
+            if event != "step":
+                return
+            if info["step"] + 1 in DATE_SNAPSHOT_STEPS:
+                snapshots[info["step"] + 1] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            if info["step"] == train_cfg.max_steps - 1:
                 last_weights.update({k: v.detach().clone() for k, v in model.state_dict().items()})
 
         model, history = train_date_transformer(
             model_cfg=model_cfg, train_cfg=train_cfg, batch_size=batch_size, smoothing=smoothing, seed=seed,
             causal_decoder=causal_decoder, average_last=average_last, model=model, device=device,
-            callbacks=[keep_last_weights], progress=progress,
+            callbacks=[keep_weights], progress=progress,
         )
         val = date_splits().val
-        val_batches = date_validation_batches()
-        val_loss = evaluate(model, iter(val_batches).__next__, lambda m, b: seq2seq_loss(m, b, smoothing=smoothing),
-                            len(val_batches), device)
+        val_exact_match = _causal_exact_match if causal_decoder else exact_match  # the same number, decoded or not
+        if average_last == 1:  # the returned model is the last weights, which the run's last evaluation measured
+            val_loss = history.val_loss[-1]
+        else:
+            val_batches = date_validation_batches()
+            val_loss = evaluate(model, iter(val_batches).__next__, lambda m, b: seq2seq_loss(m, b, smoothing=smoothing),
+                                len(val_batches), device)
         record = {"history": dataclasses.asdict(history), "seconds": history.eval_seconds[-1], "val_loss": val_loss,
-                  "val_exact_match": exact_match(model, val)}
-        averaged = {k: v.clone() for k, v in model.state_dict().items()}
-        model.load_state_dict(last_weights)
-        record["last_val_exact_match"] = exact_match(model, val)
-        model.load_state_dict(averaged)
+                  "val_exact_match": val_exact_match(model, val)}
+        if average_last == 1:
+            record["last_val_exact_match"] = record["val_exact_match"]
+        else:
+            averaged = {k: v.clone() for k, v in model.state_dict().items()}
+            model.load_state_dict(last_weights)
+            record["last_val_exact_match"] = val_exact_match(model, val)
+            model.load_state_dict(averaged)
         trained.append(model)
-        return {"model": model.state_dict(), "record": record}
+        return {"model": model.state_dict(), "record": record, "snapshots": snapshots}
 
     what = "chapter 07's date Transformer" + ("" if causal_decoder else " without its decoder's causal mask")
     saved = load_or_train(path, train_model, what=what, expected_seconds=train_cfg.max_steps * DATE_CI_SECONDS_PER_UPDATE)
-    if trained:
-        return trained[0], saved["record"]
+    return saved, (trained[0] if trained else None)
+
+
+def _date_model(model_cfg: TransformerConfig, causal_decoder: bool, state: dict, device: torch.device | str) -> Transformer:
     model = Transformer(model_cfg)
     if not causal_decoder:
         remove_decoder_causal_mask(model)
-    model.load_state_dict(saved["model"], strict=True)
-    return model.to(device).eval(), saved["record"]
+    model.load_state_dict(state, strict=True)
+    return model.to(device).eval()
 
 
 def _check_texts(texts: Sequence[str], n_ctx: int) -> None:
@@ -312,6 +383,24 @@ def normalise_dates(model: Transformer, texts: Sequence[str], *, beam_width: int
                                       max_len=DATE_MAX_LEN, beam_size=beam_width, alpha=0.6, device=device)
             outputs += [DATE_VOCAB.decode(best.tokens) for (best,) in beams]
     return outputs
+
+
+def _causal_exact_match(model: Transformer, pairs: Sequence[tuple[str, str]]) -> float:
+    """:func:`exact_match` (greedy) for a causal decoder, decoding only the pairs one teacher-forced pass cannot settle.
+
+    A pair whose every character and ``<eos>`` is the model's most likely token given the true previous ones is
+    written right by greedy decoding, which then feeds the model those very tokens; the others are decoded."""
+    device = model.unembed.weight.device
+    settled = []
+    with torch.no_grad(), eval_mode(model):
+        for start in range(0, len(pairs), 500):
+            batch = encode_pairs(list(pairs[start : start + 500]), DATE_VOCAB)
+            src, tgt_in, tgt_out, lengths = (t.to(device) for t in (batch.src, batch.tgt_in, batch.tgt_out, batch.src_lengths))
+            predicted = model(src, tgt_in, src_lengths=lengths).argmax(-1)
+            settled += ((predicted == tgt_out) | (tgt_out == DATE_VOCAB.pad_id)).all(-1).tolist()
+    rest = [pair for pair, right in zip(pairs, settled) if not right]
+    decoded = normalise_dates(model, [source for source, _ in rest]) if rest else []
+    return (sum(settled) + sum(d == target for d, (_, target) in zip(decoded, rest))) / len(pairs)
 
 
 def exact_match(model: Transformer, pairs: Sequence[tuple[str, str]], *, beam_width: int = 1) -> float:
