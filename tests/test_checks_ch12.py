@@ -185,3 +185,60 @@ def test_the_references_are_the_package_functions_and_the_llama_block():
     cos, sin = rope_tables(12, 8)
     with torch.no_grad():
         torch.testing.assert_close(reference_llama_block(x, weights, 4, cos, sin, 1e-5), block(x, causal=True))
+
+
+# --- repeat_kv -------------------------------------------------------------------------------------------------------
+
+
+def repeat_right(x, n_rep):
+    batch, n_kv_heads, seq, d_head = x.shape
+    return x[:, :, None, :, :].expand(batch, n_kv_heads, n_rep, seq, d_head).reshape(batch, n_kv_heads * n_rep, seq, d_head)
+
+
+def repeat_like(**wrong):
+    def repeat_kv(x, n_rep):
+        if wrong.get("tile"):
+            return x.repeat(1, n_rep, 1, 1)
+        if wrong.get("cat"):
+            return torch.cat([x for _ in range(n_rep)], dim=1)
+        if wrong.get("seq"):
+            return x.repeat_interleave(n_rep, dim=2)
+        if wrong.get("last"):
+            return x.repeat_interleave(n_rep, dim=3)
+        if wrong.get("n_kv"):
+            n_kv_heads = x.shape[1]
+            return torch.repeat_interleave(x, n_kv_heads, dim=1)
+        if wrong.get("no_reshape"):
+            return x.unsqueeze(2).expand(-1, -1, n_rep, -1, -1)
+        return torch.repeat_interleave(x, repeats=n_rep, dim=1)
+
+    return repeat_kv
+
+
+REPEAT_MISTAKES = [
+    (repeat_like(tile=True), "tiled_heads"),
+    (repeat_like(cat=True), "tiled_heads"),
+    (repeat_like(seq=True), "repeated_positions"),
+    (repeat_like(last=True), "repeated_d_head"),
+    (repeat_like(n_kv=True), "repeated_n_kv_heads_times"),
+    (repeat_like(no_reshape=True), "group_axis_not_merged"),
+]
+
+
+@pytest.mark.parametrize(("learner", "mistake"), REPEAT_MISTAKES, ids=[m for _, m in REPEAT_MISTAKES])
+def test_a_learners_repeat_kv_mistake_is_named(learner, mistake, assert_mistake_named):
+    assert_mistake_named("12.repeat_kv", learner, mistake)
+
+
+def test_every_repeat_kv_mistake_has_a_learner_version_here():
+    assert {m.name for m in get_exercise("12.repeat_kv").mistakes} == {m for _, m in REPEAT_MISTAKES}
+
+
+@pytest.mark.parametrize("answer", [repeat_right, repeat_like()])
+def test_a_correct_repeat_kv_written_differently_passes(answer):
+    assert check("12.repeat_kv", answer).passed
+
+
+def test_the_tiled_heads_verdict_names_repeat_and_repeat_interleave():
+    verdict = str(check("12.repeat_kv", repeat_like(tile=True)))
+    assert "`repeat`" in verdict and "`repeat_interleave`" in verdict and "h % n_kv_heads" in verdict

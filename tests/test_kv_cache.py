@@ -52,3 +52,11 @@ def test_kv_cache_layers_and_reset():
     assert cache.length == 0 and all(layer.length == 0 for layer in cache.layers)
     keys, _ = cache[1].append(torch.ones(2, 4, 1, 8, dtype=torch.float64), torch.ones(2, 4, 1, 8, dtype=torch.float64))
     assert keys.shape == (2, 4, 1, 8) and keys.eq(1).all()
+
+
+def test_the_cache_reports_its_bytes_and_the_bytes_a_token_costs():
+    cache = KVCache(3, 2, 4, 10, 8)  # 3 layers, batch 2, 4 heads, 10 positions, d_head 8, float32
+    assert cache.nbytes == 3 * 2 * (2 * 4 * 10 * 8) * 4 == sum(layer.nbytes for layer in cache.layers)
+    assert cache.bytes_per_token() == 2 * 3 * 4 * 8 * 4  # a key and a value per head and layer, 4 bytes each
+    half = KVCache(3, 1, 4, 10, 8, dtype=torch.bfloat16)
+    assert half.bytes_per_token() == cache.bytes_per_token() / 2

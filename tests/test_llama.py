@@ -9,7 +9,16 @@ from tutorial_lib.blocks import NormPlacement
 from tutorial_lib.counting import count_parameters
 from tutorial_lib.feed_forward import SwiGLU
 from tutorial_lib.models.gpt import GPT, GPTConfig
-from tutorial_lib.models.llama import Llama, LlamaConfig, RotaryGPT, SinusoidalGPT, llama_d_ff
+from tutorial_lib.models.llama import (
+    GroupedQueryAttention,
+    Llama,
+    LlamaConfig,
+    RotaryGPT,
+    SinusoidalGPT,
+    UnscaledSinusoidalGPT,
+    llama_d_ff,
+    repeat_kv,
+)
 from tutorial_lib.normalization import RMSNorm
 from tutorial_lib.rope import RotaryMultiHeadAttention
 from tutorial_lib.sampling import generate
@@ -273,3 +282,113 @@ def test_loss_by_position_with_a_window_equals_the_full_causal_loss_within_the_w
     assert not torch.allclose(windowed[8:], full[8:])
     with pytest.raises(ValueError, match="window"):
         loss_by_position(model, dataset.val, 16, window=0)
+
+
+# --- grouped-query attention (issue 22) ------------------------------------------------------------------------------
+
+
+def test_n_kv_heads_defaults_to_the_heads_and_is_validated(without_annotation_checks) -> None:
+    assert _config().n_kv_heads == 4 and _config(n_kv_heads=1).n_kv_heads == 1
+    assert _config().replace(n_heads=8).n_kv_heads == 8  # a derived count follows the heads ...
+    assert _config(n_kv_heads=2).replace(n_heads=8).n_kv_heads == 2  # ... a chosen one stays
+    for bad, match in ((3, "divisible by n_kv_heads=3"), (0, "n_kv_heads must be a positive int"),
+                       (True, "n_kv_heads must be a positive int"), (2.0, "n_kv_heads must be a positive int")):
+        with without_annotation_checks(), pytest.raises(ValueError, match=match):
+            _config(n_kv_heads=bad)
+    with without_annotation_checks(), pytest.raises(ValueError, match="n_rep must be a positive int"):
+        repeat_kv(torch.zeros(1, 2, 3, 4), 0)
+    with pytest.raises(ValueError, match="n_kv_heads=3"):
+        GroupedQueryAttention(32, 4, 8, n_kv_heads=3)
+
+
+def test_repeat_kv_gives_each_group_of_query_heads_one_key_value_head() -> None:
+    x = torch.randn(2, 3, 5, 4)
+    repeated = repeat_kv(x, 2)
+    assert repeated.shape == (2, 6, 5, 4)
+    for h in range(6):
+        assert torch.equal(repeated[:, h], x[:, h // 2])  # consecutive query heads share a key/value head
+    assert not torch.equal(repeated, x.repeat(1, 2, 1, 1))  # tiling is another grouping
+    assert torch.equal(repeat_kv(x, 1), x)
+
+
+def test_multi_head_llama_is_unchanged_by_n_kv_heads() -> None:
+    """n_kv_heads = n_heads builds the model it built before grouped-query attention existed: the same parameter
+    names and shapes, and the same random draws (the same weights from the same seed)."""
+    torch.manual_seed(0)
+    before = Llama(_config())
+    torch.manual_seed(0)
+    after = Llama(_config(n_kv_heads=4))
+    assert before.state_dict().keys() == after.state_dict().keys()
+    for name, tensor in before.state_dict().items():
+        assert torch.equal(tensor, after.state_dict()[name]), name
+    assert before.blocks[0].attn.k_proj.weight.shape == (32, 32)
+
+
+@pytest.mark.parametrize("n_kv_heads", [2, 1])
+def test_grouped_query_attention_is_multi_head_attention_with_shared_key_value_heads(n_kv_heads: int) -> None:
+    """The reference: a multi-head layer whose W^K and W^V rows are the grouped layer's, each head's rows written once
+    per query head of its group, computes the same output."""
+    torch.manual_seed(0)
+    grouped = GroupedQueryAttention(32, 4, 16, n_kv_heads=n_kv_heads).eval()
+    plain = RotaryMultiHeadAttention(32, 4, 16, bias=False).eval()
+    n_rep, d_head = 4 // n_kv_heads, 8
+
+    def spread(weight: torch.Tensor) -> torch.Tensor:  # (n_kv_heads · d_head, d_model) → (n_heads · d_head, d_model)
+        return weight.view(n_kv_heads, d_head, 32).repeat_interleave(n_rep, dim=0).reshape(32, 32)
+
+    plain.load_state_dict({"q_proj.weight": grouped.q_proj.weight, "k_proj.weight": spread(grouped.k_proj.weight),
+                           "v_proj.weight": spread(grouped.v_proj.weight), "out_proj.weight": grouped.out_proj.weight})
+    assert grouped.k_proj.weight.shape == (n_kv_heads * d_head, 32)
+    x = torch.randn(2, 10, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(grouped(x, causal=True), plain(x, causal=True))
+
+
+@pytest.mark.parametrize("n_kv_heads", [2, 1])
+def test_grouped_query_llama_caches_fewer_heads_and_generates_as_without_cache(n_kv_heads: int) -> None:
+    model = _model(n_kv_heads=n_kv_heads)
+    cache = model.make_kv_cache(2)
+    assert cache[0].keys.shape == (2, n_kv_heads, 24, 8)
+    assert cache.bytes_per_token() == 2 * 2 * n_kv_heads * 8 * 4  # key and value, 2 layers, float32
+    tokens = _tokens(2, 12)
+    with torch.no_grad():
+        steps = [model(tokens[:, :7], cache=cache)] + [model(tokens[:, t : t + 1], cache=cache) for t in range(7, 12)]
+        torch.testing.assert_close(torch.cat(steps, dim=1), model(tokens), atol=1e-5, rtol=1e-5)
+    prompt = _tokens(2, 5)
+    cached = generate(model, prompt, 15, generator=torch.Generator().manual_seed(1), use_cache=True)
+    uncached = generate(model, prompt, 15, generator=torch.Generator().manual_seed(1), use_cache=False)
+    assert torch.equal(cached, uncached)
+
+
+@pytest.mark.parametrize("n_kv_heads", [2, 1])
+def test_matches_hugging_face_llama_with_grouped_query_attention(n_kv_heads: int) -> None:
+    transformers = pytest.importorskip("transformers")
+    cfg = _config(n_kv_heads=n_kv_heads, n_layers=2)
+    hf_config = transformers.LlamaConfig(
+        vocab_size=cfg.d_vocab, hidden_size=cfg.d_model, intermediate_size=cfg.d_ff, num_hidden_layers=cfg.n_layers,
+        num_attention_heads=cfg.n_heads, num_key_value_heads=n_kv_heads, max_position_embeddings=cfg.n_ctx,
+        rms_norm_eps=cfg.layer_norm_eps, rope_theta=cfg.rope_base, tie_word_embeddings=False, attn_implementation="eager",
+    )
+    torch.manual_seed(0)
+    hf = transformers.LlamaForCausalLM(hf_config).eval()
+    with torch.no_grad():
+        for parameter in hf.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    ours = Llama.from_hf_llama_state_dict(hf.state_dict(), cfg).eval()
+    assert count_parameters(ours) == sum(p.numel() for p in hf.parameters())
+    tokens = _tokens(3, cfg.n_ctx)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(tokens), hf(tokens).logits, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match=r"k_proj.weight: expected shape \(32, 32\)"):
+        Llama.from_hf_llama_state_dict(hf.state_dict(), _config(n_layers=2))  # a config that forgot n_kv_heads
+
+
+def test_unscaled_sinusoidal_gpt_differs_from_the_scaled_one_by_the_scale_alone() -> None:
+    cfg = _gpt_config(n_ctx=8)
+    torch.manual_seed(0)
+    scaled = SinusoidalGPT(cfg)
+    torch.manual_seed(0)
+    unscaled = UnscaledSinusoidalGPT(cfg)
+    assert scaled.embed.scale == pytest.approx(32**0.5) and unscaled.embed.scale == 1.0
+    for (name, a), b in zip(scaled.state_dict().items(), unscaled.state_dict().values()):
+        assert torch.equal(a, b), name

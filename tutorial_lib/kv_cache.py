@@ -23,6 +23,11 @@ class LayerKVCache:
     def max_len(self) -> int:
         return self.keys.shape[-2]
 
+    @property
+    def nbytes(self) -> int:
+        """The memory the preallocated keys and values hold, in bytes."""
+        return self.keys.nbytes + self.values.nbytes
+
     def append(
         self, k: Float[Tensor, "batch n_heads seq d_head"], v: Float[Tensor, "batch n_heads seq d_head"]
     ) -> tuple[Float[Tensor, "batch n_heads key_pos d_head"], Float[Tensor, "batch n_heads key_pos d_head"]]:
@@ -51,6 +56,16 @@ class KVCache:
     @property
     def max_len(self) -> int:
         return self.layers[0].max_len
+
+    @property
+    def nbytes(self) -> int:
+        """The memory of every layer's keys and values, in bytes (preallocated for ``max_len`` positions)."""
+        return sum(layer.nbytes for layer in self.layers)
+
+    def bytes_per_token(self) -> float:
+        """What one more position costs: ``nbytes`` over ``max_len`` and over the batch (2 · n_layers · heads ·
+        d_head numbers per token of each sequence: a key and a value per head and layer)."""
+        return self.nbytes / self.max_len / self.layers[0].keys.shape[0]
 
     def reset(self) -> None:
         for layer in self.layers:

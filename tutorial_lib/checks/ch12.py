@@ -11,6 +11,11 @@
   no biases, weights given as matrices used as ``x @ w``. Its reference is written with the package's functions; the
   tests check it against :class:`~tutorial_lib.models.llama.LlamaBlock` with the same weights. The inputs have a
   non-zero mean per position, so that an RMSNorm that subtracts the mean is told apart, and one case has ε = 0.5.
+- ``12.repeat_kv`` is grouped-query attention's repetition of the key/value heads,
+  :func:`~tutorial_lib.models.llama.repeat_kv`: ``(batch, n_kv_heads, seq, d_head)`` to ``n_kv_heads · n_rep``
+  heads, head ``h`` a copy of head ``h // n_rep``. The cases have two or more key/value heads repeated, so that
+  ``x.repeat(1, n_rep, 1, 1)`` (the heads tiled, ``h % n_kv_heads``) is told apart from ``repeat_interleave``, and
+  ``n_kv_heads != n_rep`` once, so that the two counts cannot be swapped unnoticed.
 
 As in ``ch03``, the mistakes are written the way a learner would write them and carry no annotations.
 """
@@ -24,6 +29,7 @@ import torch.nn.functional as F
 
 from tutorial_lib.attention import causal_mask
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
+from tutorial_lib.models.llama import repeat_kv
 from tutorial_lib.multi_head import merge_heads, split_heads
 from tutorial_lib.rope import apply_rope, rope_tables
 
@@ -358,4 +364,110 @@ LLAMA_BLOCK = Exercise(
     ),
 )
 
-register(ROPE_TABLES, APPLY_ROPE, LLAMA_BLOCK)
+
+# --- 12.repeat_kv -------------------------------------------------------------------------------------------------------
+
+
+def reference_repeat_kv(x, n_rep):
+    """``(batch, n_kv_heads, seq, d_head)`` → ``(batch, n_kv_heads · n_rep, seq, d_head)``, head h = head h // n_rep."""
+    return repeat_kv(x, n_rep)
+
+
+def _repeat_cases(generator: torch.Generator) -> list[Case]:
+    def randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator, dtype=dtype)
+
+    return [
+        Case.of(x=randn(2, 2, 5, 4), n_rep=2, note="2 key/value heads for 4 query heads"),
+        Case.of(x=randn(1, 2, 3, 8), n_rep=4, note="2 key/value heads for 8 query heads"),
+        Case.of(x=randn(1, 1, 4, 4), n_rep=4, note="multi-query: 1 key/value head for 4"),
+        Case.of(x=randn(2, 4, 2, 6), n_rep=1, note="multi-head: n_rep = 1"),
+        Case.of(x=randn(1, 3, 4, 2, dtype=torch.float64), n_rep=2, note="float64, 3 key/value heads"),
+    ]
+
+
+def _repeat_tiled(x, n_rep):
+    return x.repeat(1, n_rep, 1, 1)
+
+
+def _repeat_concatenated(x, n_rep):
+    return torch.cat([x] * n_rep, dim=1)
+
+
+def _repeat_expanded_in_front(x, n_rep):
+    batch, n_kv_heads, seq, d_head = x.shape
+    return x[:, None].expand(batch, n_rep, n_kv_heads, seq, d_head).reshape(batch, n_rep * n_kv_heads, seq, d_head)
+
+
+def _repeat_positions(x, n_rep):
+    return x.repeat_interleave(n_rep, dim=2)
+
+
+def _repeat_positions_negative(x, n_rep):
+    return torch.repeat_interleave(x, n_rep, dim=-2)
+
+
+def _repeat_d_head(x, n_rep):
+    return x.repeat_interleave(n_rep, dim=-1)
+
+
+def _repeat_by_n_kv_heads(x, n_rep):
+    return x.repeat_interleave(x.shape[1], dim=1)
+
+
+def _repeat_not_merged(x, n_rep):
+    batch, n_kv_heads, seq, d_head = x.shape
+    return x[:, :, None].expand(batch, n_kv_heads, n_rep, seq, d_head)
+
+
+def _repeat_groups_reversed(x, n_rep):
+    return x.flip(1).repeat_interleave(n_rep, dim=1)
+
+
+def _repeat_first_head_only(x, n_rep):
+    return x[:, :1].expand(-1, x.shape[1] * n_rep, -1, -1)
+
+
+REPEAT_KV = Exercise(
+    id="12.repeat_kv",
+    reference=reference_repeat_kv,
+    cases=_repeat_cases,
+    points=1,
+    outputs=("the repeated keys or values",),
+    axes={"the repeated keys or values": "n_heads seq d_head"},
+    checked="2 key/value heads for 4 and for 8 query heads, multi-query, multi-head (n_rep = 1), and float64",
+    hint=(
+        "query head h reads key/value head h // n_rep: each key/value head is written n_rep times in a row on the head "
+        "axis (dim=1), `x.repeat_interleave(n_rep, dim=1)`, or `x[:, :, None].expand(batch, n_kv_heads, n_rep, seq, "
+        "d_head)` reshaped to (batch, n_kv_heads · n_rep, seq, d_head)."
+    ),
+    mistakes=(
+        Mistake("tiled_heads", "tiled the heads with `repeat` (head h reads head h % n_kv_heads) instead of repeating "
+                "each head in place with `repeat_interleave`",
+                "`x.repeat(1, n_rep, 1, 1)` writes the whole stack of heads n_rep times, [k0, k1, k0, k1]; grouped-"
+                "query attention gives each key/value head n_rep consecutive query heads, [k0, k0, k1, k1]: "
+                "`x.repeat_interleave(n_rep, dim=1)`. The shapes agree, so nothing raises, but a checkpoint trained "
+                "with consecutive groups (LLaMA's, Hugging Face's) pairs every query head with the wrong keys.",
+                (_repeat_tiled, _repeat_concatenated, _repeat_expanded_in_front)),
+        Mistake("repeated_positions", "repeated along the sequence axis instead of the head axis",
+                "The heads are axis 1 of (batch, n_kv_heads, seq, d_head); dim=2 (or -2) repeats every position, "
+                "making a sequence n_rep times longer.", (_repeat_positions, _repeat_positions_negative)),
+        Mistake("repeated_d_head", "repeated along the last axis, d_head, instead of the head axis",
+                "Each head keeps its d_head dimensions; it is the number of heads that grows: repeat along dim=1.",
+                (_repeat_d_head,)),
+        Mistake("repeated_n_kv_heads_times", "repeated each head n_kv_heads times instead of n_rep times",
+                "n_rep = n_heads / n_kv_heads is the size of a group, the number of query heads that share one "
+                "key/value head; `x.shape[1]` is the number of key/value heads, another number unless the two happen "
+                "to be equal.", (_repeat_by_n_kv_heads,)),
+        Mistake("group_axis_not_merged", "expanded a group axis but did not merge it into the head axis",
+                "After `x[:, :, None].expand(batch, n_kv_heads, n_rep, seq, d_head)` the result is 5-D; reshape it to "
+                "(batch, n_kv_heads · n_rep, seq, d_head), so that the query heads find their keys on axis 1.",
+                (_repeat_not_merged,)),
+    ),
+    mutants=(
+        Mutant("groups_reversed", "gives the groups their key/value heads in reverse order", _repeat_groups_reversed),
+        Mutant("first_head_only", "shares the first key/value head with every query head", _repeat_first_head_only),
+    ),
+)
+
+register(ROPE_TABLES, APPLY_ROPE, LLAMA_BLOCK, REPEAT_KV)

@@ -1,5 +1,5 @@
 """Chapter 09's character-level GPT on tiny Shakespeare, the reference model the chapters share (trained once and
-cached), and its runs kept with their curves (chapter 12 compares the GPT's with its LLaMA variant's).
+cached), and its runs kept with their curves (the GPT's, or its LLaMA variant's, to compare them by their curves).
 
 One source for the chapter, its exercises and ``benchmarks/train_char_gpt.py``. The recipe was chosen by the time it
 needs to reach a validation loss of 1.90 on a 2-core CPU. The shape is nanoGPT's CPU "baby GPT" (4 layers, 4 heads,
@@ -7,14 +7,8 @@ d_model 128, 64 characters of context), with PyTorch's fused attention and Layer
 instead of 12, a peak learning rate of 4e-3 instead of 1e-3 (50 warm-up updates, cosine decay to a tenth), no
 dropout, and ReLU (the paper's FFN) instead of GPT-2's tanh-GELU.
 
-Measured on the 2-core machine (2 threads). One update: 87 ms with the from-scratch LayerNorm, 76 ms with the fused
-one, 66 ms with ReLU as well. Validation loss after 500 / 600 updates of a 600-update run:
-
-* the recipe: 1.894 / 1.855; the same with tanh-GELU: 1.929 / 1.893;
-* ReLU with peak lr 6e-3: 1.901 / 1.857; decay to 0: 1.900 / 1.880; beta2 0.95: 1.913 / 1.874;
-* 24 windows per batch, 750 updates: 1.895 after 600, 1.857 at the end (the same time as the recipe);
-* tanh-GELU, for about 45 s of training each: 32 windows at lr 3e-3, 550 updates: 1.953; 48 windows, lr 4e-3,
-  400 updates: 1.955; 64 windows, lr 5e-3, 320 updates: 1.969.
+How the settings were chosen (runs of one seed each, a tuning record rather than a comparison the book concludes
+from) is in ``benchmarks/README.md``.
 """
 
 from __future__ import annotations
@@ -143,13 +137,15 @@ def load_or_train_char_gpt(
     return model.to(device).eval()
 
 
-# --- chapter 12: the recipe's runs kept with their curves ----------------------------------------------------------
+# --- the recipe's runs kept with their curves ----------------------------------------------------------------------
 #
 # The LLaMA variant of the reference model: the same sizes, RoPE, RMSNorm, SwiGLU (d_ff = 8/3 · 128 rounded up to a
-# multiple of 32: 352), no biases, untied head. Trained with the recipe's optimiser and schedule for as many updates
-# as fit in the time of the GPT's 600. One LLaMA update cost 1.08, 1.13 and 1.19 times a GPT update in three
-# measurements on the 2-core machine (2 threads, the two models timed alternately; 1.13: 97 ms against 86 ms), so
-# 530 updates, with the cosine schedule fitted to them. Chapter 12 measures the ratio again when it runs.
+# multiple of 32: 352), no biases, untied head. Chapter 12 counts its parameters and checks it against Hugging Face's
+# LlamaForCausalLM; its training comparisons run three seeds at a smaller scale (tutorial_lib.recipes.positions).
+# CHAR_LLAMA_TRAIN_CONFIG trains it with the recipe's optimiser and schedule for as many updates as fit in the time of
+# the GPT's 600: one LLaMA update cost 1.08, 1.13 and 1.19 times a GPT update in three measurements on the 2-core
+# machine (2 threads, the two models timed alternately; 1.13: 97 ms against 86 ms), so 530 updates, with the cosine
+# schedule fitted to them.
 CHAR_LLAMA_CONFIG = LlamaConfig(
     d_vocab=65, n_ctx=64, d_model=128, n_heads=4, n_layers=4, fast_attention=True, fast_norm=True
 )
