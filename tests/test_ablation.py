@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 
 import pytest
 import torch
@@ -22,6 +23,7 @@ from tutorial_lib.recipes.ablation import (
 )
 from tutorial_lib.data.shakespeare import CharDataset
 from tutorial_lib.normalization import LayerNorm
+from tutorial_lib.stats import compare_paired
 
 TOKENS = torch.randint(65, (2, ablation.ABLATION_GPT_CONFIG.n_ctx), generator=torch.Generator().manual_seed(0))
 
@@ -166,29 +168,48 @@ def test_the_chapters_rows_are_registered_in_order():
     assert set(ablation.CHAPTER_ROWS) <= set(CHANGES)
 
 
-def test_within_noise_compares_each_row_with_k_sample_standard_deviations():
-    baseline = [2.0, 2.2]  # mean 2.1, sample std 0.1414...
-    sigma = math.sqrt(0.02)
-    rows = {"inside": 2.1 + 1.99 * sigma, "outside": 2.1 + 2.01 * sigma, "better, outside": 2.1 - 2.01 * sigma,
-            "diverged": float("nan"), "exploded": float("inf")}
-    assert ablation.within_noise(baseline, rows) == {"inside": True, "outside": False, "better, outside": False,
-                                                       "diverged": False, "exploded": False}
-    assert ablation.within_noise(baseline, {"row": 2.1 + 0.9 * sigma}, k=1.0) == {"row": True}
-    assert ablation.within_noise(baseline, {"row": 2.1 + 1.1 * sigma}, k=1.0) == {"row": False}
-    assert ablation.within_noise((1.0, 1.0, 1.0), {"same": 1.0, "other": 1.0 + 1e-9}) == {"same": True, "other": False}
+def test_within_noise_pairs_each_row_with_the_baselines_runs_of_the_same_seeds():
+    baseline = [2.00, 2.10, 2.05, 2.20, 2.15]  # a large seed effect, shared by the rows
+    shared = [b + d for b, d in zip(baseline, [0.011, 0.009, 0.010, 0.012, 0.008])]  # +0.010, t ≈ 14
+    marks = ablation.within_noise(baseline, {"shared effect": shared, "same": list(baseline),
+                                             "three seeds": [b - 0.02 for b in baseline[:3]],
+                                             "diverged": [2.0, float("nan")]})
+    assert marks == {"shared effect": False, "same": True, "three seeds": False, "diverged": False}
+    # the baseline's own spread (σ ≈ 0.08) would call the shared effect noise: the paired rule does not
+    assert abs(sum(shared) / 5 - sum(baseline) / 5) < 2 * statistics.stdev(baseline)
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (([2.0], {"a": 2.0}), "baseline_losses must be a sequence of at least two"),
-    (([2.0, float("nan")], {"a": 2.0}), "baseline_losses must be a sequence of at least two finite"),
-    (("22", {"a": 2.0}), "baseline_losses"),
-    (([2.0, 2.1], [2.0]), "row_losses must map row names to losses"),
-    (([2.0, 2.1], {"a": "2.0"}), "row_losses"),
-    (([2.0, 2.1], {"a": 2.0}, 0.0), "k must be a positive number"),
+def test_within_noise_reads_the_t_interval_at_its_boundary():
+    # differences with mean 1 and sample sd 1 over n = 5: the interval is 1 ± t·1/√5, holding 0 when t ≥ √5 = 2.236
+    differences = [1 + x for x in (-1.2649110640673518, -0.6324555320336759, 0.0, 0.6324555320336759, 1.2649110640673518)]
+    assert abs(statistics.stdev(differences) - 1) < 1e-12
+    rows = {"row": [2.0 + d for d in differences]}
+    baseline = [2.0] * 5
+    assert ablation.within_noise(baseline, rows) == {"row": True}  # t(0.975, 4) = 2.776 > 2.236
+    assert ablation.within_noise(baseline, rows, confidence=0.8) == {"row": False}  # t(0.9, 4) = 1.533
+    comparison = compare_paired(baseline, rows["row"])
+    assert comparison.low < 0 < comparison.high
+
+
+@pytest.mark.parametrize(("args", "kwargs", "message"), [
+    (([2.0], {"a": [2.0, 2.1]}), {}, "baseline_losses must be a sequence of at least two"),
+    (([2.0, float("nan")], {"a": [2.0, 2.1]}), {}, "baseline_losses must be a sequence of at least two finite"),
+    (("22", {"a": [2.0, 2.1]}), {}, "baseline_losses"),
+    (([2.0, 2.1], [2.0, 2.1]), {}, "row_losses must map row names"),
+    (([2.0, 2.1], {"a": 2.0}), {}, r"row_losses\['a'\] must hold between 2 and 2 losses"),
+    (([2.0, 2.1], {"a": [2.0]}), {}, r"row_losses\['a'\]"),
+    (([2.0, 2.1], {"a": [2.0, 2.1, 2.2]}), {}, "paired with the baseline's"),
+    (([2.0, 2.1], {"a": [2.0, 2.1]}), {"confidence": 95}, "confidence must be a number in"),
 ])
-def test_within_noise_refuses_bad_input(args, message, without_annotation_checks):
+def test_within_noise_refuses_bad_input(args, kwargs, message, without_annotation_checks):
     with without_annotation_checks(), pytest.raises(ValueError, match=message):
-        ablation.within_noise(*args)
+        ablation.within_noise(*args, **kwargs)
+
+
+def test_the_tables_run_is_the_reference_model_with_two_blocks():
+    assert ablation.TABLE_GPT_CONFIG == ablation.ABLATION_GPT_CONFIG.replace(n_layers=2)
+    assert ablation.TABLE_BATCH_SIZE < ablation.ABLATION_BATCH_SIZE and ablation.TABLE_STEPS < ablation.ABLATION_TRAIN_CONFIG.max_steps
+    assert 0 < ablation.TABLE_CI_SECONDS_PER_UPDATE < ablation.ABLATION_CI_SECONDS_PER_UPDATE
 
 
 def test_the_gradient_probe_is_the_norm_of_each_blocks_gradient_and_clears_old_gradients():

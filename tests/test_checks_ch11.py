@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from torch import nn
 
 from tutorial_lib.recipes.ablation import Skip
 from tutorial_lib.checks import check, get_exercise
+from tutorial_lib.stats import t_quantile
 
 # --- 11.remove_attention ----------------------------------------------------------------------------------------------
 
@@ -114,47 +116,66 @@ def probe_like(**wrong):
 # --- 11.within_noise --------------------------------------------------------------------------------------------------
 
 
-def noise_right(baseline_losses, row_losses, k=2.0):
-    values = np.array(baseline_losses, dtype=float)
-    if values.size < 2:
-        raise ValueError("baseline_losses: need two seeds or more")
-    sigma = values.std(ddof=1)
-    return {row: bool(np.abs(loss - values.mean()) <= k * sigma) for row, loss in row_losses.items()}
+def noise_right(baseline_losses, row_losses, confidence=0.95):
+    base = np.asarray(baseline_losses, dtype=float)
+    marks = {}
+    for row, losses in row_losses.items():
+        row_values = np.asarray(losses, dtype=float)
+        if row_values.size < 2:
+            raise ValueError(f"row_losses[{row!r}]: need two seeds or more")
+        d = row_values - base[: row_values.size]
+        half = t_quantile((1 + confidence) / 2, d.size - 1) * d.std(ddof=1) / np.sqrt(d.size)
+        marks[row] = bool(d.mean() - half <= 0 <= d.mean() + half)
+    return marks
 
 
-def noise_numpy_bools(baseline_losses, row_losses, k=2.0):
-    values = np.array(baseline_losses, dtype=float)
-    if len(values) < 2:
-        raise ValueError("too few")
-    return {row: np.abs(loss - values.mean()) <= k * values.std(ddof=1) for row, loss in row_losses.items()}
+def noise_with_package_stats(baseline_losses, row_losses, confidence=0.95):
+    from tutorial_lib.stats import compare_paired
+
+    marks = {}
+    for row, losses in row_losses.items():
+        c = compare_paired(baseline_losses[: len(losses)], losses, confidence=confidence)
+        marks[row] = np.bool_(c.low <= 0 <= c.high)  # a numpy bool is understood
+    return marks
 
 
 def noise_like(**wrong):
-    def within_noise(baseline_losses, row_losses, k=2.0):
-        n = len(baseline_losses)
-        if n < 2:
-            raise ValueError("baseline_losses needs at least two values")
-        mean = sum(baseline_losses) / n
-        var = sum((x - mean) ** 2 for x in baseline_losses) / (n if wrong.get("pop") else n - 1)
-        sigma = var if wrong.get("var") else math.sqrt(var)
-        if wrong.get("sem"):
-            sigma = sigma / math.sqrt(n)
-        centre = baseline_losses[0] if wrong.get("first") else mean
-        limit = sigma if wrong.get("no_k") else k * sigma
+    def within_noise(baseline_losses, row_losses, confidence=0.95):
         marks = {}
-        for row, loss in row_losses.items():
-            diff = loss - centre
-            marks[row] = (diff if wrong.get("signed") else abs(diff)) <= limit
+        for row, losses in row_losses.items():
+            n = len(losses)
+            if n < 2:
+                raise ValueError("a row needs at least two seeds")
+            base = list(baseline_losses) if wrong.get("whole") else list(baseline_losses)[:n]
+            if wrong.get("unpaired") or wrong.get("whole"):
+                diff = np.mean(losses) - np.mean(base)
+                se = math.sqrt(np.var(losses, ddof=1) / n + np.var(base, ddof=1) / len(base))
+                df = n + len(base) - 2
+            else:
+                d = [x - b for x, b in zip(losses, base)]
+                diff = sum(d) / n
+                sd = np.std(d, ddof=0 if wrong.get("pop") else 1)
+                se = sd if wrong.get("no_sqrt") else sd / math.sqrt(n)
+                df = n if wrong.get("df_n") else n - 1
+            if wrong.get("z"):
+                q = 1.959963984540054 if confidence == 0.95 else NormalDist().inv_cdf((1 + confidence) / 2)
+            else:
+                q = t_quantile(confidence if wrong.get("one_sided") else (1 + confidence) / 2, df)
+            marks[row] = abs(diff) <= q * se
         return marks
 
     return within_noise
 
 
-def noise_numpy_default_std(baseline_losses, row_losses, k=2.0):
-    if len(baseline_losses) < 2:
-        raise ValueError("need two")
-    values = np.asarray(baseline_losses)
-    return {row: bool(abs(loss - values.mean()) <= k * values.std()) for row, loss in row_losses.items()}
+def noise_two_sigma(baseline_losses, row_losses, confidence=0.95):
+    # The chapter's old screen: the row's mean within 2σ of the baseline's mean.
+    mean, sigma = np.mean(baseline_losses), np.std(baseline_losses, ddof=1)
+    marks = {}
+    for row, losses in row_losses.items():
+        if len(losses) < 2:
+            raise ValueError("two seeds at least")
+        marks[row] = bool(abs(np.mean(losses) - mean) <= 2 * sigma)
+    return marks
 
 
 LEARNER_MISTAKES = [
@@ -170,13 +191,14 @@ LEARNER_MISTAKES = [
     ("11.block_gradient_norms", probe_like(mean_abs=True), "mean_absolute_gradient"),
     ("11.block_gradient_norms", probe_like(matrices=True), "weight_matrices_only"),
     ("11.block_gradient_norms", probe_like(sum=True), "summed_loss"),
+    ("11.within_noise", noise_two_sigma, "baseline_sigma"),
+    ("11.within_noise", noise_like(unpaired=True), "unpaired"),
+    ("11.within_noise", noise_like(z=True), "z_quantile"),
+    ("11.within_noise", noise_like(one_sided=True), "one_sided_quantile"),
+    ("11.within_noise", noise_like(df_n=True), "degrees_of_freedom_n"),
+    ("11.within_noise", noise_like(no_sqrt=True), "forgot_sqrt_n"),
     ("11.within_noise", noise_like(pop=True), "population_std"),
-    ("11.within_noise", noise_numpy_default_std, "population_std"),
-    ("11.within_noise", noise_like(signed=True), "signed_difference"),
-    ("11.within_noise", noise_like(first=True), "first_seed_as_baseline"),
-    ("11.within_noise", noise_like(var=True), "variance_not_std"),
-    ("11.within_noise", noise_like(sem=True), "standard_error"),
-    ("11.within_noise", noise_like(no_k=True), "ignored_k"),
+    ("11.within_noise", noise_like(whole=True), "whole_baseline"),
 ]
 
 
@@ -196,7 +218,7 @@ def test_every_catalogued_mistake_has_a_learner_version_here():
     ("11.remove_attention", surgery_right), ("11.remove_attention", surgery_returning_model),
     ("11.remove_attention", surgery_like()), ("11.block_gradient_norms", probe_right),
     ("11.block_gradient_norms", probe_as_list), ("11.block_gradient_norms", probe_like()),
-    ("11.within_noise", noise_right), ("11.within_noise", noise_numpy_bools), ("11.within_noise", noise_like()),
+    ("11.within_noise", noise_right), ("11.within_noise", noise_with_package_stats), ("11.within_noise", noise_like()),
 ])
 def test_a_correct_answer_written_differently_passes(exercise_id, answer):
     result = check(exercise_id, answer)
@@ -209,10 +231,13 @@ def test_a_surgery_that_returns_something_else_is_told_what_is_expected():
 
 
 def test_a_noise_reader_that_does_not_refuse_a_single_seed_loses_its_point():
-    def no_check(baseline_losses, row_losses, k=2.0):
-        mean = float(np.mean(baseline_losses))
-        sigma = float(np.std(baseline_losses, ddof=1)) if len(baseline_losses) > 1 else 0.0
-        return {row: abs(loss - mean) <= k * sigma for row, loss in row_losses.items()}
+    def no_check(baseline_losses, row_losses, confidence=0.95):
+        marks = {}
+        for row, losses in row_losses.items():
+            d = np.asarray(losses) - np.asarray(baseline_losses[: len(losses)])
+            half = t_quantile((1 + confidence) / 2, max(d.size - 1, 1)) * (d.std(ddof=1) if d.size > 1 else 0.0)
+            marks[row] = bool(abs(d.mean()) <= half / math.sqrt(d.size))
+        return marks
 
     result = check("11.within_noise", no_check)
     assert result.points == 0 and "ValueError" in result.verdict, result.verdict

@@ -8,6 +8,7 @@ import torch
 from matplotlib.figure import Figure
 
 from tutorial_lib.recipes.ablation import AblationResult
+from tutorial_lib.stats import compare_paired
 from tutorial_lib.widgets.ablation_curves import (
     BASELINE_COLOR,
     ablation_curves_widget,
@@ -29,6 +30,11 @@ def fake_run(name: str, level: float, seed: int = 0) -> AblationResult:
     )
 
 
+COMPARISONS = {
+    "no_ffn": compare_paired([2.04, 2.05, 2.03], [2.33, 2.36, 2.31]),
+    "no_scaling": compare_paired([2.04, 2.05, 2.03, 2.06, 2.04], [2.03, 2.037, 2.018, 2.049, 2.027]),
+    "one_head": compare_paired([2.04, 2.05, 2.03, 2.06, 2.04], [2.05, 2.054, 2.047, 2.065, 2.06]),
+}
 RUNS = {"baseline": fake_run("baseline", 2.0), "no_ffn": fake_run("no_ffn", 2.3), "no_norm": fake_run("no_norm", 2.2),
         "no_positions": fake_run("no_positions", 2.1)}
 
@@ -72,13 +78,17 @@ def test_the_overlay_draws_the_chosen_rows_and_curve():
     (lambda: ablation_curves_widget(RUNS, curve="test"), "curve must be one of"),
     (lambda: plot_position_losses({}), "curves must be a non-empty mapping"),
     (lambda: plot_gradient_norms({}), "norms must be a non-empty mapping"),
-    (lambda: plot_ablation_deltas({}, 0.01), "deltas must be a non-empty mapping"),
-    (lambda: plot_ablation_deltas({"a": 0.1}, 0.0), "sigma must be a positive number"),
-    (lambda: plot_ablation_deltas({"a": 0.1}, 0.01, k=-1), "k must be a positive number"),
+    (lambda: plot_ablation_deltas({}), "comparisons must be a non-empty mapping"),
+    (lambda: plot_ablation_deltas(COMPARISONS, split=0), "split must be a positive number"),
 ])
 def test_bad_input_is_refused(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_the_deltas_refuse_plain_numbers(without_annotation_checks):
+    with without_annotation_checks(), pytest.raises(ValueError, match="PairedComparison"):
+        plot_ablation_deltas({"a": 0.1})
 
 
 def test_the_widget_redraws_when_a_control_moves():
@@ -109,9 +119,20 @@ def test_position_losses_and_gradient_norms_are_drawn_on_log_scales():
     assert first.get_linestyle() == third.get_linestyle() != second.get_linestyle()  # one style per moment
 
 
-def test_the_deltas_are_bars_beside_the_noise_band():
-    fig = plot_ablation_deltas({"no_ffn": 0.29, "no_scaling": -0.011, "one_head": 0.017}, 0.004)
-    (ax,) = fig.axes
-    widths = [patch.get_width() for patch in ax.patches if patch.get_height() == 0.6]
-    assert widths == [0.29, -0.011, 0.017] and ax.get_xscale() == "symlog"
-    assert [tick.get_text() for tick in ax.get_yticklabels()] == ["no_ffn", "no_scaling", "one_head"]
+def test_the_deltas_are_drawn_with_their_intervals_on_two_axes_small_and_large():
+    fig = plot_ablation_deltas(COMPARISONS, split=0.1)
+    small, large = fig.axes
+    assert [t.get_text() for t in small.get_yticklabels()] == ["no_scaling", "one_head"]
+    assert [t.get_text() for t in large.get_yticklabels()] == ["no_ffn"]
+    assert small.get_xscale() == large.get_xscale() == "linear"
+    low, high = small.get_xlim()
+    assert high - low < 0.1  # hundredths of a nat fill the small panel
+    # each row: a dot at Δ and an error bar from the interval's low end to its high end
+    (dot, _caps, (bar,)) = small.containers[0].lines
+    assert list(dot.get_xdata()) == [COMPARISONS["no_scaling"].difference]
+    segment = bar.get_segments()[0]
+    assert segment[0][0] == pytest.approx(COMPARISONS["no_scaling"].low)
+    assert segment[1][0] == pytest.approx(COMPARISONS["no_scaling"].high)
+    assert "95% interval" in large.get_xlabel()
+    only_large = plot_ablation_deltas({"no_ffn": COMPARISONS["no_ffn"]})
+    assert len(only_large.axes) == 1

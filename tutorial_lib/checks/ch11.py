@@ -7,8 +7,11 @@
   nor counts, nor learns: a zeroed projection computes nothing but counts and learns back; weights left in place count.
 - ``11.block_gradient_norms`` is the chapter's probe: ‖∂L/∂θ‖₂ over each block's parameters for one batch. Some cases
   hand over a model that still holds the gradients of an earlier batch, as a model does after a training step.
-- ``11.within_noise`` marks the rows of an ablation table whose difference from the baseline's mean is within k sample
-  standard deviations of the baseline's seeds; fewer than two baseline losses is bad input (ValueError).
+- ``11.within_noise`` marks the rows of an ablation table that the noise between seeds can explain, by the paired
+  rule: each row's runs minus the baseline's runs of the same seeds, and the row is within the noise when the Student-t
+  interval of those differences holds 0. A row of fewer than two seeds is bad input (ValueError). The catalogue names
+  the classic mistakes: k·σ of the baseline alone, an unpaired comparison, 1.96 instead of t, a one-sided quantile, n
+  degrees of freedom, no √n, the population standard deviation, a short row paired with the whole baseline.
 
 As in ``ch03``, the mistakes are written the way a learner would write them, unannotated.
 """
@@ -20,11 +23,13 @@ import numbers
 import statistics
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from tutorial_lib.recipes.ablation import Skip, block_gradient_norms, build_ablated_model, within_noise
+from tutorial_lib.stats import compare_paired, t_quantile
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register
 from tutorial_lib.models.gpt import GPT, GPTConfig
 from tutorial_lib.training import language_model_loss
@@ -341,90 +346,130 @@ BLOCK_GRADIENT_NORMS = Exercise(
 # --- 11.within_noise --------------------------------------------------------------------------------------------------
 
 
-def reference_within_noise(baseline_losses, row_losses, k=2.0):
+def reference_within_noise(baseline_losses, row_losses, confidence=0.95):
     """The package's :func:`tutorial_lib.recipes.ablation.within_noise`."""
-    return within_noise(baseline_losses, row_losses, k)
+    return within_noise(baseline_losses, row_losses, confidence=confidence)
 
 
 def _noise_call(obj, args) -> dict:
-    marks = obj(*args)
+    baseline_losses, row_losses, confidence = args
+    marks = obj(baseline_losses, row_losses, confidence=confidence)
     if not isinstance(marks, dict):
         raise WrongOutput("wrong_type", f"within_noise should return a dict from row name to True or False, got a value "
                                         f"of type {type(marks).__name__}")
     def plain(value):  # numpy and 0-d tensor booleans are understood as the bools they hold
         if isinstance(value, torch.Tensor) and value.numel() == 1 and value.dtype == torch.bool:
             return bool(value.item())
-        if type(value).__name__ == "bool_":
+        if isinstance(value, np.bool_):
             return bool(value)
         return value
 
     return {name: plain(value) for name, value in marks.items()}
 
 
+def _rows(baseline: list[float], differences: dict[str, list[float]]) -> dict[str, list[float]]:
+    """Rows built seed by seed from the baseline's runs: row_i = baseline_i + d_i (rounded as a table prints them)."""
+    return {name: [round(b + d, 4) for b, d in zip(baseline, ds)] for name, ds in differences.items()}
+
+
+# Each baseline has a large seed effect (its losses spread by a few hundredths) that the rows share, as real rows do:
+# paired, the effect cancels; against the baseline's own spread, or unpaired, it does not. The rows' paired t
+# statistics lie between the thresholds that the catalogued mistakes use instead of Student's t on n - 1 degrees of
+# freedom (1.96, a one-sided quantile, n degrees of freedom, s without 1/√n, n in the denominator of s); the five-seed
+# baseline's last two seeds land higher than its first three, so that a row of three seeds compared with all five
+# differs from one compared with the first three.
+_FIVE = [2.041, 2.012, 2.066, 2.080, 2.075]
+_THREE = [3.110, 3.162, 3.131]
+
+
 def _noise_cases(generator: torch.Generator) -> list[Case]:
+    five = _rows(_FIVE, {
+        "a": [0.030, 0.034, 0.027, 0.031, 0.029],
+        "b": [-0.012, -0.010, -0.014, -0.011, -0.013],
+        "c": [0.010, -0.002, 0.006, 0.014, 0.002],
+        "d": [-0.010, 0.002, -0.006, -0.014, -0.002],
+        "e": [0.012, -0.001, 0.007, 0.016, 0.006],
+        "f": [0.008, -0.004, 0.005, 0.013, 0.001],
+        "g": [0.008, -0.010, 0.004, 0.012, -0.004],
+        "h": [0.010, 0.005, 0.008, 0.013, 0.006],
+        "i (three seeds)": [0.012, 0.005, 0.016],
+        "j (three seeds)": [0.010, 0.006, 0.014],
+        "k (three seeds)": [0.020, 0.018, 0.022],
+        "l (three seeds)": [-0.056, -0.054, -0.055],
+        "m": [0.0, 0.0, 0.0, 0.0, 0.0],
+        "s": [0.049, 0.051, 0.050, 0.052, 0.048],
+    })
+    three = _rows(_THREE, {
+        "n": [-0.012, -0.005, -0.016],
+        "o": [0.010, 0.006, 0.014],
+        "p": [0.021, 0.014, 0.017],
+        "q": [0.021, 0.016, 0.018],
+        "r": [0.300, 0.290, 0.310],
+    })
     return [
-        Case.of(baseline_losses=[2.04, 2.00, 2.06, 2.02], row_losses={"better": 1.90, "close": 2.07, "worse": 2.20,
-                                                                       "a little worse": 2.10}, k=2.0,
-                note="four seeds"),
-        Case.of(baseline_losses=[3.10, 3.30], row_losses={"a": 3.45, "b": 3.05, "c": 2.90, "d": 3.62, "e": 3.35},
-                k=2.0, note="two seeds"),
-        Case.of(baseline_losses=[1.50, 1.60, 1.70], row_losses={"p": 1.38, "q": 1.79, "r": 1.85, "s": 1.46, "t": 1.55},
-                k=1.0, note="three seeds, k = 1"),
-        Case.of(baseline_losses=[2.00, 2.02, 2.30], row_losses={"u": 2.19, "v": 2.05, "w": 2.33, "x": 1.92}, k=1.5,
-                note="three seeds, one far from the others"),
-        Case.of(baseline_losses=[2.5, 2.5, 2.5], row_losses={"same": 2.5, "higher": 2.6}, k=2.0,
-                note="three identical seeds"),
-        Case.of(baseline_losses=[2.0], row_losses={"row": 2.1}, k=2.0, note="a single seed: bad input"),
+        Case.of(baseline_losses=_FIVE, row_losses=five, confidence=0.95, note="five seeds, rows of three and five"),
+        Case.of(baseline_losses=_THREE, row_losses=three, confidence=0.95, note="three seeds"),
+        Case.of(baseline_losses=_FIVE, row_losses=five, confidence=0.9, note="five seeds, a 90% interval"),
+        Case.of(baseline_losses=_FIVE, row_losses={"one seed": [2.05]}, confidence=0.95,
+                note="a row of one seed: bad input"),
     ]
 
 
-def _noise_like(*, spread="sample", center="mean", signed=False, use_k=True):
+def _noise_like(*, paired=True, centre="same_seed", quantile="t", df_offset=1, spread="sample", sqrt_n=True,
+                sides="two", cap_row=True):
     """A learner's within_noise; each keyword reproduces one way of getting it wrong."""
 
-    def within_noise(baseline_losses, row_losses, k=2.0):
-        if len(baseline_losses) < 2:
-            raise ValueError("need at least two baseline losses")
-        mean = sum(baseline_losses) / len(baseline_losses)
-        if spread == "sample":
-            sigma = statistics.stdev(baseline_losses)
-        elif spread == "population":
-            sigma = statistics.pstdev(baseline_losses)
-        elif spread == "variance":
-            sigma = statistics.variance(baseline_losses)
-        else:  # the standard error of the mean
-            sigma = statistics.stdev(baseline_losses) / math.sqrt(len(baseline_losses))
-        reference = mean if center == "mean" else baseline_losses[0]
-        threshold = k * sigma if use_k else sigma
-        return {name: ((loss - reference) if signed else abs(loss - reference)) <= threshold
-                for name, loss in row_losses.items()}
+    def within_noise(baseline_losses, row_losses, confidence=0.95):
+        marks = {}
+        for name, losses in row_losses.items():
+            n = len(losses)
+            if n < 2:
+                raise ValueError(f"row {name!r} needs at least two seeds")
+            base = baseline_losses[:n] if cap_row else baseline_losses
+            if paired:
+                reference = [statistics.mean(base)] * n if centre == "mean" else base
+                values = [x - b for x, b in zip(losses, reference)]
+                mean = statistics.mean(values)
+                sd = statistics.pstdev(values) if spread == "population" else statistics.stdev(values)
+                se = sd / math.sqrt(n) if sqrt_n else sd
+                df = n - df_offset
+            else:  # two independent samples (Welch's standard error)
+                mean = statistics.mean(losses) - statistics.mean(base)
+                se = math.sqrt(statistics.variance(losses) / n + statistics.variance(base) / len(base))
+                df = n + len(base) - 2
+            if quantile == "t":
+                level = confidence if sides == "one" else 0.5 + confidence / 2
+                q = t_quantile(level, df)
+            else:
+                q = statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
+            marks[name] = mean - q * se <= 0 <= mean + q * se
+        return marks
 
     return within_noise
 
 
-def _noise_torch_std_population(baseline_losses, row_losses, k=2.0):
-    if len(baseline_losses) < 2:
-        raise ValueError("at least two seeds")
-    losses = torch.tensor(baseline_losses, dtype=torch.float64)
-    mean, sigma = losses.mean(), losses.std(unbiased=False)
-    return {name: bool(abs(loss - mean) <= k * sigma) for name, loss in row_losses.items()}
-
-
-def _noise_inverted(baseline_losses, row_losses, k=2.0):
-    return {name: not mark for name, mark in within_noise(baseline_losses, row_losses, k).items()}
-
-
-def _noise_strict(baseline_losses, row_losses, k=2.0):
-    if len(baseline_losses) < 2:
-        raise ValueError("at least two seeds")
+def _noise_baseline_sigma(baseline_losses, row_losses, confidence=0.95):
+    # The old rule: the row's mean against two standard deviations of the baseline's seeds.
+    if any(len(losses) < 2 for losses in row_losses.values()):
+        raise ValueError("every row needs two seeds")
     mean, sigma = statistics.mean(baseline_losses), statistics.stdev(baseline_losses)
-    return {name: abs(loss - mean) < k * sigma for name, loss in row_losses.items()}
+    return {name: abs(statistics.mean(losses) - mean) <= 2 * sigma for name, losses in row_losses.items()}
 
 
-def _noise_median(baseline_losses, row_losses, k=2.0):
-    if len(baseline_losses) < 2:
-        raise ValueError("at least two seeds")
-    middle, sigma = statistics.median(baseline_losses), statistics.stdev(baseline_losses)
-    return {name: abs(loss - middle) <= k * sigma for name, loss in row_losses.items()}
+def _noise_inverted(baseline_losses, row_losses, confidence=0.95):
+    return {name: not mark for name, mark in within_noise(baseline_losses, row_losses, confidence=confidence).items()}
+
+
+def _noise_strict(baseline_losses, row_losses, confidence=0.95):
+    marks = {}
+    for name, losses in row_losses.items():
+        c = compare_paired(baseline_losses[: len(losses)], losses, confidence=confidence)
+        marks[name] = c.low < 0 < c.high
+    return marks
+
+
+def _noise_fixed_confidence(baseline_losses, row_losses, confidence=0.95):
+    return within_noise(baseline_losses, row_losses, confidence=0.95)
 
 
 WITHIN_NOISE = Exercise(
@@ -435,38 +480,48 @@ WITHIN_NOISE = Exercise(
     call=_noise_call,
     outputs=("the dict of marks",),
     checked=(
-        "baselines of two, three and four seeds, k = 1 and 2, rows better and worse than the baseline, three identical "
-        "seeds, and a single seed refused with a ValueError"
+        "baselines of five and three seeds with a large seed effect, rows of three and five seeds better and worse "
+        "than the baseline, 95% and 90% intervals, and a row of one seed refused with a ValueError"
     ),
     hint=(
-        "σ = `statistics.stdev(baseline_losses)` (n − 1 in the denominator), the mean of the baseline's losses, and for "
-        "each row `abs(loss - mean) <= k * sigma`; raise a ValueError when there are fewer than two baseline losses."
+        "for each row of n seeds: the differences `row[i] - baseline_losses[i]` for i < n, their mean and "
+        "`statistics.stdev` (n − 1), the margin `t_quantile(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)`, and "
+        "True when `mean - margin <= 0 <= mean + margin`; raise a ValueError for a row of fewer than two seeds."
     ),
     mistakes=(
-        Mistake("population_std", "took the population standard deviation (n in the denominator) instead of the sample "
-                "one (n − 1)",
-                "From a few seeds, dividing by n underestimates the spread (by √(1/2) with two seeds): use "
-                "`statistics.stdev`, `np.std(ddof=1)` or `torch.std()` (unbiased by default), not `statistics.pstdev` "
-                "or `np.std` with its default ddof=0.", (_noise_like(spread="population"), _noise_torch_std_population)),
-        Mistake("signed_difference", "compared the signed difference, so every row better than the baseline counts as "
-                "noise",
-                "Noise moves a loss both ways: compare `abs(loss - mean)` with k·σ.", (_noise_like(signed=True),)),
-        Mistake("first_seed_as_baseline", "measured the difference from the first seed's loss instead of the baseline's "
-                "mean", "The baseline's best estimate is the mean over its seeds: `sum(baseline_losses) / "
-                "len(baseline_losses)`.", (_noise_like(center="first"),)),
-        Mistake("variance_not_std", "compared with k times the variance instead of k times the standard deviation",
-                "The variance is in squared nats: take its square root, `statistics.stdev`, to compare with a difference "
-                "of losses.", (_noise_like(spread="variance"),)),
-        Mistake("standard_error", "used the standard error of the mean (σ/√n) instead of the spread of one run (σ)",
-                "σ/√n is how uncertain the baseline's mean is; a row is a single run, which lands about σ from its own "
-                "mean by chance: compare with k·σ.", (_noise_like(spread="standard_error"),)),
-        Mistake("ignored_k", "compared with one standard deviation whatever k says",
-                "The threshold is `k * sigma`.", (_noise_like(use_k=False),)),
+        Mistake("baseline_sigma", "compared the row's mean with k·σ of the baseline's seeds, not the paired differences "
+                "with their interval",
+                "σ of the baseline holds the seed effect that the row shares; a row and the baseline trained with the "
+                "same seed move together. Subtract seed by seed, `row[i] - baseline_losses[i]`, and build the interval "
+                "of those differences.", (_noise_baseline_sigma,)),
+        Mistake("unpaired", "compared the two sets of runs as independent samples instead of pairing them by seed",
+                "Seed i of the row and seed i of the baseline share their initial weights and batches: their "
+                "difference cancels what the seed does. Take the differences seed by seed and one interval of them; "
+                "an unpaired interval keeps the seed effect and comes out far wider.",
+                (_noise_like(paired=False), _noise_like(centre="mean"))),
+        Mistake("z_quantile", "used the normal quantile 1.96 instead of Student's t on n − 1 degrees of freedom",
+                "With 3 or 5 seeds the standard deviation is itself uncertain: the 95% quantile is 4.30 (n = 3) or 2.78 "
+                "(n = 5), `t_quantile(0.5 + confidence / 2, n - 1)`, not 1.96.", (_noise_like(quantile="z"),)),
+        Mistake("one_sided_quantile", "took the t quantile at `confidence` instead of (1 + confidence) / 2",
+                "A two-sided 95% interval leaves 2.5% in each tail: the quantile is `t_quantile(0.5 + confidence / 2, "
+                "n - 1)`.", (_noise_like(sides="one"),)),
+        Mistake("degrees_of_freedom_n", "gave the t quantile n degrees of freedom instead of n − 1",
+                "The standard deviation of n differences uses up one degree of freedom for their mean: n − 1.",
+                (_noise_like(df_offset=0),)),
+        Mistake("forgot_sqrt_n", "used the standard deviation of the differences instead of the standard error s / √n",
+                "The interval is about the *mean* difference, whose spread is s / √n.", (_noise_like(sqrt_n=False),)),
+        Mistake("population_std", "took the population standard deviation of the differences (n in the denominator)",
+                "From a few seeds, dividing by n underestimates the spread: use `statistics.stdev` (n − 1), not "
+                "`statistics.pstdev` or `np.std` with its default ddof=0.", (_noise_like(spread="population"),)),
+        Mistake("whole_baseline", "paired a row of fewer seeds with all of the baseline's seeds",
+                "A row of 3 seeds pairs with the baseline's seeds 0, 1 and 2: `baseline_losses[:len(row)]`. `zip` "
+                "stops at the shorter sequence, but a mean or a spread of the whole baseline does not.",
+                (_noise_like(centre="mean", cap_row=False), _noise_like(paired=False, cap_row=False))),
     ),
     mutants=(
-        Mutant("inverted", "returns True for the rows that exceed the noise", _noise_inverted),
+        Mutant("inverted", "returns True for the rows that the interval separates from the baseline", _noise_inverted),
         Mutant("strict_inequality", "uses < where the definition has <=", _noise_strict),
-        Mutant("median", "measures the difference from the baseline's median", _noise_median),
+        Mutant("fixed_confidence", "ignores the confidence argument", _noise_fixed_confidence),
     ),
 )
 

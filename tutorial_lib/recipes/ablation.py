@@ -43,23 +43,11 @@ from tutorial_lib.models.gpt import GPT, GPTConfig
 from tutorial_lib.multi_head import MultiHeadAttention
 from tutorial_lib.recipes.cache import load_or_train
 from tutorial_lib.recipes.char_gpt import split_batches
+from tutorial_lib.stats import compare_paired
 from tutorial_lib.training import TrainConfig, TrainHistory, evaluate, language_model_loss, train
 
-# Chapter 09's model at half the width and half the context, with its optimiser settings and a 30-update warm-up, so
-# that a dozen rows fit in about three minutes on two CPU cores. Measured on the 2-core machine (AMD EPYC, 2 threads):
-# about 19 ms an update, 11 s a run of 600 updates; validation loss 2.039, 2.036 and 2.052 for seeds 0, 1 and 2. At
-# 300 updates (or 64 characters of context and 600 updates, twice the time) the model without a causal mask had not
-# yet found that it can read the next character; at 600 updates of 32 characters it finds it after about 200.
-# Chapter 11's margins come from seeds 0 to 4 of its ten rows, final validation loss (2 threads, 2026-11-24; repeating
-# a run on this machine gave the same numbers, while the baseline figures of the paragraph above, measured earlier,
-# differ from these in the third decimal):
-#   baseline        2.038 2.041 2.047 2.039 2.040     no_ffn           2.332 2.310 2.331 2.344 2.331
-#   no_scaling      2.030 2.033 2.032 2.026 2.026     one_head         2.058 2.057 2.067 2.056 2.051
-#   no_causal_mask  0.083 0.081 0.083 0.080 0.081     post_norm        3.346 3.346 3.346 3.349 3.347
-#     (causally)    7.47  7.70  8.05  6.84  7.40      no_warmup        2.082 2.280 2.059 2.101 2.150
-#   no_positions    2.167 2.194 2.187 2.174 2.173     no_residuals     3.350 3.346 3.346 3.349 3.347
-#   no_norm         2.306 2.300 2.303 2.292 2.312
-# The unmasked model's training loss fell below 1 at update 220 for seeds 0, 1 and 2.
+# Chapter 09's model at half the width and half the context, with its optimiser settings and a 30-update warm-up: the
+# reference run that chapters 05, 06, 12 and 13 share through the cache.
 ABLATION_GPT_CONFIG = GPTConfig(
     d_vocab=65, n_ctx=32, d_model=64, n_heads=4, n_layers=4, activation="relu", fast_attention=True, fast_norm=True
 )
@@ -72,6 +60,16 @@ ABLATION_BATCH_SIZE = 32
 # two notebooks run side by side), evaluations included: the time a cell announces before it trains
 # (tutorial_lib.progress). Measured with short runs of each recipe, 2026-11-25.
 ABLATION_CI_SECONDS_PER_UPDATE = 0.03
+# Chapter 11's table: every row over 3 to 5 seeds, paired with the baseline's. At the reference run's size its forty
+# runs would take about twelve minutes on the CI machine; the table's run keeps the reference model's width, heads,
+# context and optimiser but has two blocks, 16 windows a batch and 400 updates (chapter 11 measures what each costs).
+TABLE_GPT_CONFIG = ABLATION_GPT_CONFIG.replace(n_layers=2)
+TABLE_BATCH_SIZE = 16
+TABLE_STEPS = 400
+# Seconds an update of the table's run takes on the CI machine, evaluations included, as for the reference run: whole
+# runs of both sizes timed interleaved on one thread, a table run took 0.24 and 0.28 of a reference run (2026-11-25),
+# so about a quarter of the reference run's 18 s, spread over 400 updates.
+TABLE_CI_SECONDS_PER_UPDATE = 0.012
 EVAL_BATCH_SIZE = 64  # validation windows per batch; the curve reads the first EVAL_BATCHES batches of the split
 EVAL_BATCHES = 8
 
@@ -358,7 +356,8 @@ def run_ablation(
         return {"model": model.state_dict(), "result": result}
 
     what = f"the ablation row {change.name}, seed {seed}"
-    expected = train_cfg.max_steps * ABLATION_CI_SECONDS_PER_UPDATE
+    table = model_cfg == TABLE_GPT_CONFIG and batch_size == TABLE_BATCH_SIZE
+    expected = train_cfg.max_steps * (TABLE_CI_SECONDS_PER_UPDATE if table else ABLATION_CI_SECONDS_PER_UPDATE)
     saved = load_or_train(path, train_run, what=what, expected_seconds=expected) if cache else train_run()
     model.load_state_dict(saved["model"], strict=True)  # the weights read back (its own, when this call trained it)
     return AblationResult(model=model.eval(), **saved["result"])
@@ -367,28 +366,44 @@ def run_ablation(
 # --- reading the results ----------------------------------------------------------------------------------------------
 
 
-def within_noise(baseline_losses: Sequence[float], row_losses: Mapping[str, float], k: float = 2.0) -> dict[str, bool]:
-    """Which rows of an ablation table differ from the baseline by no more than the noise between seeds.
+def within_noise(baseline_losses: Sequence[float], row_losses: Mapping[str, Sequence[float]], *,
+                 confidence: float = 0.95) -> dict[str, bool]:
+    """Which rows of an ablation table the noise between seeds can explain, each compared with the baseline seed by seed.
 
-    The noise σ is the sample standard deviation (n - 1 in the denominator) of the baseline's final losses, one per
-    seed; a row's difference is its loss minus the baseline's mean. A row is within the noise (True) when
-    |loss - mean| <= k·σ: a single run lands that far from its own mean by chance alone. A row whose loss is not a
-    finite number (a diverged run) is never within the noise.
+    ``baseline_losses[i]`` is the baseline's final loss with seed i; each row of ``row_losses`` holds its own runs with
+    seeds 0, 1, … (at least two, at most as many as the baseline's), and is paired with the baseline's runs of the same
+    seeds: the differences d_i = row_i - baseline_i, their mean d̄, their sample standard deviation s (n - 1 in the
+    denominator) and Student's t-interval d̄ ± t · s / √n, with t the (1 + confidence) / 2 quantile on n - 1 degrees
+    of freedom (``tutorial_lib.stats.compare_paired``). A row is within the noise (True) when its interval holds 0:
+    these seeds cannot tell it from the baseline. A row with a loss that is not a finite number (a diverged run) is
+    never within the noise.
     """
-    losses = list(baseline_losses) if isinstance(baseline_losses, Sequence) and not isinstance(baseline_losses, str) else None
-    if losses is None or len(losses) < 2 or not all(_is_number(loss) and math.isfinite(loss) for loss in losses):
+    if not _is_losses(baseline_losses) or len(baseline_losses) < 2 or not all(map(math.isfinite, baseline_losses)):
         raise ValueError(f"baseline_losses must be a sequence of at least two finite losses (one per seed), got {baseline_losses!r}")
-    if not isinstance(row_losses, Mapping) or not all(_is_number(loss) for loss in row_losses.values()):
-        raise ValueError(f"row_losses must map row names to losses, got {row_losses!r}")
-    if not _is_number(k) or not k > 0:
-        raise ValueError(f"k must be a positive number of standard deviations, got {k!r}")
-    mean = sum(losses) / len(losses)
-    sigma = math.sqrt(sum((loss - mean) ** 2 for loss in losses) / (len(losses) - 1))
-    return {name: abs(loss - mean) <= k * sigma for name, loss in row_losses.items()}
+    if not isinstance(row_losses, Mapping):
+        raise ValueError(f"row_losses must map row names to sequences of losses (one per seed), got {row_losses!r}")
+    if not (_is_number(confidence) and 0 < confidence < 1):
+        raise ValueError(f"confidence must be a number in (0, 1), got {confidence!r}")
+    marks = {}
+    for name, losses in row_losses.items():
+        if not _is_losses(losses) or not 2 <= len(losses) <= len(baseline_losses):
+            raise ValueError(f"row_losses[{name!r}] must hold between 2 and {len(baseline_losses)} losses (seeds 0, 1, "
+                             f"…, paired with the baseline's), got {losses!r}")
+        if not all(math.isfinite(loss) for loss in losses):
+            marks[name] = False
+            continue
+        comparison = compare_paired(baseline_losses[: len(losses)], losses, confidence=confidence)
+        marks[name] = comparison.low <= 0 <= comparison.high
+    return marks
 
 
 def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_losses(values: object) -> bool:
+    """A sequence of numbers (one loss per seed), not a string."""
+    return isinstance(values, Sequence) and not isinstance(values, (str, bytes)) and all(map(_is_number, values))
 
 
 def block_gradient_norms(

@@ -14,6 +14,7 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from tutorial_lib.recipes.ablation import AblationResult
+from tutorial_lib.stats import PairedComparison
 from tutorial_lib.widgets._plotting import figure_png, new_figure
 
 CURVES = ("validation", "training")
@@ -197,31 +198,40 @@ def plot_gradient_norms(norms: Mapping[str, Tensor]) -> Figure:
     return fig
 
 
-def plot_ablation_deltas(deltas: Mapping[str, float], sigma: float, *, k: float = 2.0) -> Figure:
-    """Each row's difference from the baseline's mean as a horizontal bar, with the band of ±k·σ (the noise between
-    the baseline's seeds) shaded. The axis is a symmetric log scale, linear within 2kσ of zero: a difference of a
-    hundredth stays visible beside one of a whole nat."""
-    if not isinstance(deltas, Mapping) or not deltas:
-        raise ValueError("deltas must be a non-empty mapping from row names to differences")
-    if not isinstance(sigma, (int, float)) or isinstance(sigma, bool) or not sigma > 0:
-        raise ValueError(f"sigma must be a positive number, got {sigma!r}")
-    if not isinstance(k, (int, float)) or isinstance(k, bool) or not k > 0:
-        raise ValueError(f"k must be a positive number, got {k!r}")
-    rows = list(deltas)
-    colors = row_colors(["baseline", *rows])
-    fig, ax = new_figure(1, 1, figsize=(6.0, 1.4 + 0.32 * len(rows)))
-    band = ax.axvspan(-k * sigma, k * sigma, color="0.85", zorder=0, label=f"within the noise: |Δ| ≤ {k:g}σ")
-    ax.barh(range(len(rows)), [deltas[row] for row in rows], color=[colors[row] for row in rows], height=0.6)
-    ax.axvline(0, color="k", lw=0.8)
-    ax.set_xscale("symlog", linthresh=2 * k * sigma)
-    limit = max(abs(value) for value in deltas.values()) * 20  # room for the labels beyond the longest bar
-    ax.set_xlim(-limit, limit)
-    for i, row in enumerate(rows):
-        value = deltas[row]
-        ax.text(value, i, f" {value:+.3f} ", va="center", ha="left" if value >= 0 else "right", fontsize=8)
-    ax.set_yticks(range(len(rows)), rows)
-    ax.invert_yaxis()
-    ax.set_xlabel("validation loss minus the baseline's mean (nats; symmetric log scale)")
-    ax.grid(alpha=0.3, axis="x")
-    fig.legend(handles=[band], loc="outside lower center", fontsize=8)
+def plot_ablation_deltas(comparisons: Mapping[str, PairedComparison], *, split: float = 0.1) -> Figure:
+    """Each row's paired difference from the baseline (row minus baseline, seed by seed) as a dot with its confidence
+    interval as an error bar, in two panels with their own linear axes: the rows whose |Δ| is below ``split`` nats,
+    where hundredths of a nat decide the verdict, and the others. A bar that crosses the zero line is a row the seeds
+    cannot tell from the baseline."""
+    if not isinstance(comparisons, Mapping) or not comparisons:
+        raise ValueError("comparisons must be a non-empty mapping from row names to paired comparisons")
+    if not all(all(hasattr(c, a) for a in ("difference", "low", "high", "n", "confidence")) for c in comparisons.values()):
+        raise ValueError("comparisons must hold tutorial_lib.stats.PairedComparison values (difference, low, high, n, confidence)")
+    if not isinstance(split, (int, float)) or isinstance(split, bool) or not split > 0:
+        raise ValueError(f"split must be a positive number of nats, got {split!r}")
+    groups = {"small": [r for r, c in comparisons.items() if abs(c.difference) < split],
+              "large": [r for r, c in comparisons.items() if abs(c.difference) >= split]}
+    groups = {name: rows for name, rows in groups.items() if rows}
+    colors = row_colors(["baseline", *comparisons])
+    heights = [len(rows) for rows in groups.values()]
+    fig, axes = new_figure(len(groups), 1, figsize=(6.0, 1.6 + 0.34 * sum(heights) + 0.5 * len(groups)), squeeze=False,
+                           gridspec_kw={"height_ratios": heights})
+    for ax, (group, rows) in zip(axes[:, 0], groups.items()):
+        for i, row in enumerate(rows):
+            c = comparisons[row]
+            ax.errorbar(c.difference, i, xerr=[[c.difference - c.low], [c.high - c.difference]], fmt="o",
+                        color=colors[row], capsize=4, ms=5)
+            ax.annotate(f"{c.difference:+.3f} ± {(c.high - c.low) / 2:.3f} (n = {c.n})", (c.high, i), xytext=(6, 0),
+                        textcoords="offset points", va="center", fontsize=7.5)
+        ax.axvline(0, color="k", lw=0.8)
+        ax.set_yticks(range(len(rows)), rows)
+        ax.set_ylim(len(rows) - 0.5, -0.5)
+        low = min(min(comparisons[r].low for r in rows), 0)
+        high = max(max(comparisons[r].high for r in rows), 0)
+        ax.set_xlim(low - 0.1 * (high - low), high + 0.6 * (high - low))  # room for the labels on the right
+        ax.grid(alpha=0.3, axis="x")
+        what = f"|Δ| < {split:g} nats" if group == "small" else f"|Δ| ≥ {split:g} nats"
+        ax.set_title(f"{what}: its own linear axis", fontsize=9)
+    confidence = next(iter(comparisons.values())).confidence
+    axes[-1, 0].set_xlabel(f"Δ = row minus baseline, paired by seed (nats); bars: {confidence:.0%} interval")
     return fig
