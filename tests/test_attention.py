@@ -215,7 +215,7 @@ def test_wrong_dtypes_are_rejected_with_value_errors():
 @pytest.mark.parametrize(
     "make, message",
     [
-        (lambda q, k, v: (q[0, 0], k, v), "q must have shape \\(..., positions, features\\), at least 2-D, got \\(8,\\)"),
+        (lambda q, k, v: (q[0, 0], k, v), "q must have shape \\(batch axes, positions, features\\), at least 2-D, got \\(8,\\)"),
         (lambda q, k, v: (q, k[..., :2], v), "k's last axis \\(d_head\\) must equal q's"),
         (lambda q, k, v: (q, k, v[:, :2]), "v must have one row per key"),
         (lambda q, k, v: (q, k.repeat(3, 1, 1), v.repeat(3, 1, 1)), "the batch axes of q, k and v do not broadcast"),
@@ -233,7 +233,7 @@ def test_attention_names_the_argument_that_is_wrong(make, message):
 
 def test_a_mask_that_does_not_broadcast_to_the_scores_is_named():
     q, k, v = qkv(query_pos=3, key_pos=5)
-    with pytest.raises(ValueError, match=r"mask must broadcast to the scores' shape .* got \(3, 3\)"):
+    with pytest.raises(ValueError, match=r"mask must broadcast to the scores' shape \(3, 5\) \(batch axes, query_pos, key_pos\), got \(3, 3\)"):
         inspect.unwrap(scaled_dot_product_attention)(q, k, v, torch.ones(3, 3, dtype=torch.bool))
 
 

@@ -139,7 +139,7 @@ def _check_qkv(q: object, k: object, v: object, mask: object) -> None:
         if not isinstance(x, Tensor):
             raise ValueError(f"{name} must be a tensor, got {type(x).__name__}")
         if x.dim() < 2:
-            raise ValueError(f"{name} must have shape (..., positions, features), at least 2-D, got {tuple(x.shape)}")
+            raise ValueError(f"{name} must have shape (batch axes, positions, features), at least 2-D, got {tuple(x.shape)}")
         if not x.dtype.is_floating_point:
             raise ValueError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
     if not q.dtype == k.dtype == v.dtype:
@@ -159,7 +159,7 @@ def _check_qkv(q: object, k: object, v: object, mask: object) -> None:
         try:
             torch.broadcast_shapes(mask.shape, scores)
         except RuntimeError:
-            raise ValueError(f"mask must broadcast to the scores' shape (..., query_pos, key_pos) = {scores}, "
+            raise ValueError(f"mask must broadcast to the scores' shape {scores} (batch axes, query_pos, key_pos), "
                              f"got {tuple(mask.shape)}") from None
 
 
