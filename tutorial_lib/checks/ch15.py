@@ -1,0 +1,387 @@
+"""Chapter 15's exercises: a ring all-reduce, the indices a ``DistributedSampler`` gives each rank, and gradient
+accumulation under DDP's ``no_sync``.
+
+- ``15.ring_all_reduce`` simulates ``N`` ranks in one process: ``tensors[r]`` is rank ``r``'s gradient and the answer
+  returns what every rank holds after the ring's reduce-scatter and all-gather, the mean of all the tensors. The cases
+  have 2, 3 and 4 ranks and lengths that no rank count divides: averaging at every hop, or sending the wrong chunk,
+  only shows with more than 2 ranks.
+- ``15.rank_indices`` is PyTorch's own ``DistributedSampler`` (shuffle on, ``drop_last`` off) after ``set_epoch``:
+  one permutation drawn from ``seed + epoch``, padded with its first indices to a multiple of ``world_size``, and every
+  ``world_size``-th index from position ``rank``. The reference *is* the sampler, code nobody here wrote.
+- ``15.accumulate_gradients`` gets a tiny GPT (float64) wrapped in a stand-in for DDP that records, at each forward,
+  whether DDP would all-reduce that backward (DDP decides it at forward time, from ``no_sync``), and whose parameters
+  hold stale gradients; the micro-batches have unequal sizes in most cases. The answer's returned loss, the gradients
+  it leaves and the record of synchronised forwards are compared with the package's
+  :func:`~tutorial_lib.distributed.accumulate_gradients`.
+
+As in ``ch03``, the mistakes are written the way a learner would write them and carry no annotations.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import numbers
+
+import torch
+from torch import nn
+from torch.utils.data import DistributedSampler
+
+from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register
+from tutorial_lib.distributed import accumulate_gradients
+from tutorial_lib.models.gpt import GPT, GPTConfig
+from tutorial_lib.training import language_model_loss
+
+# --- 15.ring_all_reduce -------------------------------------------------------------------------------------------------
+
+
+def reference_ring_all_reduce(tensors):
+    """What every rank holds after an all-reduce that averages: the mean of all the ranks' tensors, on each rank."""
+    mean = torch.stack(list(tensors)).mean(dim=0)
+    return [mean.clone() for _ in tensors]
+
+
+def _ring_cases(generator: torch.Generator) -> list[Case]:
+    def ranks(n: int, length: int) -> list[torch.Tensor]:
+        return [torch.randn(length, generator=generator, dtype=torch.float64) for _ in range(n)]
+
+    return [
+        Case.of(tensors=ranks(2, 6), note="2 ranks, 6 numbers each"),
+        Case.of(tensors=ranks(3, 7), note="3 ranks, 7 numbers each (chunks of 3, 2 and 2)"),
+        Case.of(tensors=ranks(4, 10), note="4 ranks, 10 numbers each"),
+        Case.of(tensors=ranks(3, 12), note="3 ranks, 12 numbers each"),
+    ]
+
+
+def _ring_like(*, divide=True, gather=True, reduce_steps=lambda n: n - 1, hop_average=False, send_offset=-1,
+               gather_from_right=False):
+    """A learner's simulated ring; each keyword reproduces one way of getting it wrong."""
+
+    def ring_all_reduce(tensors):
+        n = len(tensors)
+        chunks = [list(t.clone().tensor_split(n)) for t in tensors]
+        for step in range(reduce_steps(n)):
+            sent = [chunks[r][(r + send_offset * step) % n].clone() for r in range(n)]  # all ranks send at once
+            for r in range(n):
+                target = (r - step - 1) % n
+                if hop_average:
+                    chunks[r][target] = (chunks[r][target] + sent[(r - 1) % n]) / 2
+                else:
+                    chunks[r][target] = chunks[r][target] + sent[(r - 1) % n]
+        if gather:
+            for step in range(n - 1):
+                sent = [chunks[r][(r + 1 - step) % n].clone() for r in range(n)]
+                for r in range(n):
+                    source = (r + 1) % n if gather_from_right else (r - 1) % n
+                    chunks[r][(r - step) % n] = sent[source]
+        return [torch.cat(c) / n if divide and not hop_average else torch.cat(c) for c in chunks]
+
+    return ring_all_reduce
+
+
+def _ring_first_two_ranks(tensors):
+    mean = (tensors[0] + tensors[1]) / 2
+    return [mean.clone() for _ in tensors]
+
+
+def _ring_even_chunks_only(tensors):
+    n = len(tensors)
+    size = len(tensors[0]) // n  # the remainder is dropped
+    stacked = torch.stack([t[: size * n] for t in tensors])
+    return [stacked.mean(dim=0) for _ in tensors]
+
+
+RING_ALL_REDUCE = Exercise(
+    id="15.ring_all_reduce",
+    reference=reference_ring_all_reduce,
+    cases=_ring_cases,
+    points=2,
+    outputs=("the tensors of the ranks",),
+    checked="2, 3 and 4 ranks, tensors of 6 to 12 numbers (float64) that the number of ranks does not always divide",
+    hint=(
+        "cut every rank's tensor into n chunks (`tensor_split(n)`); reduce-scatter: for step 0 to n - 2, every rank r "
+        "sends chunk (r - step) % n and rank r + 1 adds it into its own chunk (r - step) % n, i.e. rank r adds what "
+        "its left neighbour sent into chunk (r - step - 1) % n; all-gather: for step 0 to n - 2, rank r sends chunk "
+        "(r + 1 - step) % n and rank r + 1 replaces its copy; finally divide every rank's tensor by n."
+    ),
+    mistakes=(
+        Mistake("summed_not_averaged", "returned the sum of the ranks' tensors instead of their mean",
+                "The all-reduce adds; the mean needs one more division: each rank's result by n, the number of "
+                "ranks (DDP's default hook divides before it adds).", (_ring_like(divide=False),)),
+        Mistake("no_all_gather", "stopped after the reduce-scatter, so each rank holds only one complete chunk",
+                "After n - 1 reduce-scatter steps rank r has the full sum of chunk (r + 1) % n only: n - 1 more steps "
+                "must pass the complete chunks around the ring (copying, not adding).", (_ring_like(gather=False),)),
+        Mistake("one_step_short", "ran the reduce-scatter for n - 2 steps instead of n - 1",
+                "A chunk must visit every rank: it needs n - 1 hops, `for step in range(n - 1)`.",
+                (_ring_like(reduce_steps=lambda n: n - 2),)),
+        Mistake("averaged_at_every_hop", "averaged the received chunk with your own at every hop instead of adding",
+                "(a + b) / 2, then ((a + b) / 2 + c) / 2 weights the ranks unequally as soon as there are more than "
+                "two: add along the ring, and divide once, by n, at the end.", (_ring_like(hop_average=True),)),
+        Mistake("sent_the_wrong_chunk", "sent chunk (r + step) instead of chunk (r - step) in the reduce-scatter",
+                "Each step passes along the partial sum you just completed: rank r sends chunk (r - step) % n, the one "
+                "it added into at the previous step. With 2 ranks both are the same, which hides the mistake.",
+                (_ring_like(send_offset=1),)),
+    ),
+    mutants=(
+        Mutant("first_two_ranks", "averages ranks 0 and 1 only", _ring_first_two_ranks),
+        Mutant("even_chunks_only", "drops the numbers that do not fill n equal chunks", _ring_even_chunks_only),
+        Mutant("gather_from_right", "takes the all-gather's chunks from the right neighbour", _ring_like(gather_from_right=True)),
+    ),
+)
+
+# --- 15.rank_indices ----------------------------------------------------------------------------------------------------
+
+
+def reference_rank_indices(n_examples, rank, world_size, epoch, seed):
+    """The indices PyTorch's ``DistributedSampler`` gives ``rank`` in ``epoch`` (shuffled, padded, not dropped)."""
+    sampler = DistributedSampler(range(n_examples), num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
+    sampler.set_epoch(epoch)
+    return list(sampler)
+
+
+def _as_index_tensor(fn, args) -> torch.Tensor:
+    indices = fn(*args)
+    if isinstance(indices, torch.Tensor):
+        indices = indices.tolist()
+    try:
+        values = list(indices)
+    except TypeError:
+        raise WrongOutput("wrong_type", f"rank_indices should return a list of ints, got {type(indices).__name__}") from None
+    if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in values):
+        raise WrongOutput("wrong_type", "rank_indices should return a list of ints (indices of examples)")
+    return torch.tensor(values, dtype=torch.long)
+
+
+def _indices_cases(generator: torch.Generator) -> list[Case]:
+    return [
+        Case.of(n_examples=10, rank=0, world_size=2, epoch=0, seed=0, note="10 examples, rank 0 of 2"),
+        Case.of(n_examples=10, rank=1, world_size=2, epoch=3, seed=0, note="rank 1 of 2, epoch 3"),
+        Case.of(n_examples=10, rank=2, world_size=3, epoch=1, seed=7, note="rank 2 of 3: padded to 12"),
+        Case.of(n_examples=7, rank=1, world_size=4, epoch=2, seed=1, note="7 examples, rank 1 of 4: padded to 8"),
+        Case.of(n_examples=24, rank=3, world_size=4, epoch=1, seed=5),
+    ]
+
+
+def _indices_like(*, seed_of=lambda seed, epoch, rank: seed + epoch, shuffle=True, pad=True, stride=True,
+                  ignore_rank=False):
+    """A learner's rank_indices; each keyword reproduces one way of getting it wrong."""
+
+    def rank_indices(n_examples, rank, world_size, epoch, seed):
+        if shuffle:
+            g = torch.Generator()
+            g.manual_seed(seed_of(seed, epoch, rank))
+            order = torch.randperm(n_examples, generator=g).tolist()
+        else:
+            order = list(range(n_examples))
+        per_rank = math.ceil(n_examples / world_size)
+        if pad:
+            order += order[: per_rank * world_size - n_examples]
+        r = 0 if ignore_rank else rank
+        if stride:
+            return order[r::world_size]
+        return order[r * per_rank:(r + 1) * per_rank]
+
+    return rank_indices
+
+
+def _indices_pad_with_last(n_examples, rank, world_size, epoch, seed):
+    g = torch.Generator().manual_seed(seed + epoch)
+    order = torch.randperm(n_examples, generator=g).tolist()
+    padding = math.ceil(n_examples / world_size) * world_size - n_examples
+    order += order[len(order) - padding:] if padding else []
+    return order[rank::world_size]
+
+
+RANK_INDICES = Exercise(
+    id="15.rank_indices",
+    reference=reference_rank_indices,
+    cases=_indices_cases,
+    points=1,
+    call=_as_index_tensor,
+    outputs=("the indices",),
+    checked="2, 3 and 4 ranks, 7 to 24 examples, epochs 0 to 3, against PyTorch's DistributedSampler",
+    hint=(
+        "g = torch.Generator().manual_seed(seed + epoch); order = torch.randperm(n_examples, generator=g).tolist(); "
+        "pad with the first indices to ceil(n_examples / world_size) · world_size; return order[rank::world_size]."
+    ),
+    mistakes=(
+        Mistake("same_shard_on_every_rank", "gave every rank the same indices, whatever its rank",
+                "Each rank must read its own examples: start at position `rank` and take every `world_size`-th one, "
+                "`order[rank::world_size]`; otherwise all ranks compute the same gradient.",
+                (_indices_like(ignore_rank=True),)),
+        Mistake("same_order_every_epoch", "seeded the shuffle with the seed alone, so every epoch repeats the same order",
+                "Seed the generator with `seed + epoch`: that is what `set_epoch` changes.",
+                (_indices_like(seed_of=lambda seed, epoch, rank: seed),)),
+        Mistake("own_shuffle_per_rank", "let each rank draw its own shuffle (a seed that depends on the rank)",
+                "Every rank must draw the **same** permutation, or the shards overlap and miss examples: seed with "
+                "`seed + epoch` only, then split by rank.",
+                (_indices_like(seed_of=lambda seed, epoch, rank: seed + epoch + rank),
+                 _indices_like(seed_of=lambda seed, epoch, rank: seed + rank))),
+        Mistake("no_padding", "did not pad, so the ranks get different numbers of examples",
+                "Pad the order with its first indices up to a multiple of world_size: a rank with one step fewer than "
+                "the others leaves them waiting in their last all-reduce.", (_indices_like(pad=False),)),
+        Mistake("not_shuffled", "split the examples in their original order, without shuffling",
+                "Draw `torch.randperm(n_examples, generator=g)` first; DistributedSampler shuffles by default.",
+                (_indices_like(shuffle=False),)),
+    ),
+    mutants=(
+        Mutant("contiguous_blocks", "gives each rank a contiguous block of the order instead of every world_size-th index",
+               _indices_like(stride=False)),
+        Mutant("pad_with_last", "pads with the last indices instead of the first", _indices_pad_with_last),
+    ),
+)
+
+# --- 15.accumulate_gradients ----------------------------------------------------------------------------------------------
+
+
+class DDPStandIn(nn.Module):
+    """What the check hands over instead of DistributedDataParallel, in one process: the same ``no_sync`` and
+    ``module``, and a record, at each forward, of whether DDP would all-reduce the backward that follows."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+        self.require_backward_grad_sync = True
+        self.synced: list[bool] = []
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        previous = self.require_backward_grad_sync
+        self.require_backward_grad_sync = False
+        try:
+            yield
+        finally:
+            self.require_backward_grad_sync = previous
+
+    def forward(self, tokens):
+        self.synced.append(self.require_backward_grad_sync)
+        return self.module(tokens)
+
+
+def _run_accumulation(fn, args):
+    seed, sizes = args
+    generator = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    model = DDPStandIn(GPT(GPTConfig(d_vocab=7, n_ctx=6, d_model=8, n_heads=2, n_layers=1)).double())
+    for parameter in model.parameters():  # stale gradients, as after the previous update
+        parameter.grad = torch.randn(parameter.shape, generator=generator, dtype=parameter.dtype)
+    micro_batches = []
+    for size in sizes:
+        tokens = torch.randint(7, (size, 7), generator=generator)
+        micro_batches.append((tokens[:, :-1], tokens[:, 1:]))
+    loss = fn(model, micro_batches, language_model_loss)
+    if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+        loss = loss.item()
+    if not isinstance(loss, numbers.Real) or isinstance(loss, bool):
+        raise WrongOutput("wrong_type", f"accumulate_gradients should return the mean loss as a float, got {type(loss).__name__}")
+    if any(p.grad is None for p in model.parameters()):
+        raise WrongOutput("wrong_values", "some parameters hold no gradient (.grad is None) after accumulate_gradients")
+    gradients = torch.cat([p.grad.flatten() for p in model.parameters()])
+    return torch.tensor(float(loss), dtype=torch.float64), gradients, torch.tensor(model.synced, dtype=torch.long)
+
+
+def _accumulation_cases(generator: torch.Generator) -> list[Case]:
+    return [
+        Case.of(seed=0, sizes=[2, 2], note="2 micro-batches of 2"),
+        Case.of(seed=1, sizes=[1, 3], note="micro-batches of 1 and 3"),
+        Case.of(seed=2, sizes=[2, 1, 3], note="3 micro-batches of 2, 1 and 3"),
+        Case.of(seed=3, sizes=[4], note="one micro-batch of 4"),
+    ]
+
+
+def _accumulate_like(*, weight="share", zero="start", sync="last"):
+    """A learner's accumulate_gradients; each keyword reproduces one way of getting it wrong."""
+
+    def accumulate_gradients(model, micro_batches, loss_fn):
+        total = sum(len(x) for x, _ in micro_batches)
+        if zero == "start":
+            model.zero_grad()
+        loss_sum = 0.0
+        for i, (x, y) in enumerate(micro_batches):
+            if zero == "each":
+                model.zero_grad()
+            last = i == len(micro_batches) - 1
+            skip_sync = {"last": not last, "never": False, "always": True}[sync]
+            with model.no_sync() if skip_sync else contextlib.nullcontext():
+                loss = loss_fn(model, (x, y))
+                if weight == "share":
+                    loss = loss * len(x) / total
+                elif weight == "equal":
+                    loss = loss / len(micro_batches)
+                loss.backward()
+            loss_sum += loss.item()
+        return loss_sum / len(micro_batches) if weight == "none" else loss_sum
+
+    return accumulate_gradients
+
+
+def _accumulate_skipping_last(model, micro_batches, loss_fn):
+    model.zero_grad()
+    total = sum(len(x) for x, _ in micro_batches)
+    loss_sum = 0.0
+    for x, y in micro_batches[:-1]:
+        with model.no_sync():
+            loss = loss_fn(model, (x, y)) * len(x) / total
+            loss.backward()
+        loss_sum += loss.item()
+    x, y = micro_batches[-1]
+    return loss_sum + (loss_fn(model, (x, y)) * len(x) / total).item()  # the last one's loss, but no backward
+
+
+def _accumulate_divided_twice(model, micro_batches, loss_fn):
+    model.zero_grad()
+    total = sum(len(x) for x, _ in micro_batches)
+    loss_sum = 0.0
+    for i, (x, y) in enumerate(micro_batches):
+        with model.no_sync() if i < len(micro_batches) - 1 else contextlib.nullcontext():
+            loss = loss_fn(model, (x, y)) * len(x) / total / len(micro_batches)
+            loss.backward()
+        loss_sum += loss.item()
+    return loss_sum
+
+
+ACCUMULATE_GRADIENTS = Exercise(
+    id="15.accumulate_gradients",
+    reference=accumulate_gradients,
+    cases=_accumulation_cases,
+    points=2,
+    call=_run_accumulation,
+    outputs=("the returned loss", "the gradients", "which forwards synchronise (1) or not (0)"),
+    checked=(
+        "a 1-layer GPT in float64 wrapped like DDP, holding stale gradients, with 1 to 3 micro-batches of 1 to 4 "
+        "windows: the loss returned, every parameter's gradient, and which forwards ran outside no_sync"
+    ),
+    hint=(
+        "model.zero_grad() first; for each micro-batch, loss = loss_fn(model, batch) * len(batch[0]) / total (its "
+        "share of the examples); run the forward and the backward inside model.no_sync() for all but the last "
+        "micro-batch; return the sum of the weighted losses (loss.item())."
+    ),
+    mistakes=(
+        Mistake("no_scaling", "added the micro-batches' gradients without weighting them, so the gradient is their sum",
+                "Each micro-batch's loss is a mean over its own examples: multiply it by len(batch) / total before "
+                "backward, so that the added gradients make the mean over the whole batch.",
+                (_accumulate_like(weight="none"),)),
+        Mistake("equal_weights", "divided every micro-batch's loss by the number of micro-batches, whatever its size",
+                "With micro-batches of unequal sizes, 1 / n_micro gives a small micro-batch's examples more weight: "
+                "weight each by its share of the examples, len(batch) / total.", (_accumulate_like(weight="equal"),)),
+        Mistake("zeroed_each_micro_batch", "cleared the gradients before every micro-batch, so only the last one counts",
+                "Accumulating means letting backward add into .grad: zero the gradients once, before the first "
+                "micro-batch.", (_accumulate_like(zero="each"),)),
+        Mistake("kept_stale_gradients", "did not clear the gradients left by the previous update",
+                "backward adds to whatever .grad holds: call model.zero_grad() before the first micro-batch.",
+                (_accumulate_like(zero="never"),)),
+        Mistake("synced_every_micro_batch", "ran every micro-batch outside no_sync, so DDP all-reduces after each one",
+                "The values come out right, but each backward pays a full all-reduce: run all but the last "
+                "micro-batch's forward and backward inside `with model.no_sync():`.", (_accumulate_like(sync="never"),)),
+        Mistake("never_synced", "ran the last micro-batch inside no_sync too, so the gradients are never all-reduced",
+                "Each rank would step with its own gradient and the copies drift apart: leave the last micro-batch "
+                "outside no_sync, so its backward all-reduces the accumulated sum.", (_accumulate_like(sync="always"),)),
+    ),
+    mutants=(
+        Mutant("last_micro_batch_skipped", "never runs backward on the last micro-batch", _accumulate_skipping_last),
+        Mutant("divided_twice", "weights by the share of examples and also divides by the number of micro-batches",
+               _accumulate_divided_twice),
+    ),
+)
+
+register(RING_ALL_REDUCE, RANK_INDICES, ACCUMULATE_GRADIENTS)
