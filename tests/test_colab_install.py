@@ -30,11 +30,14 @@ import colab_wheelhouse  # noqa: E402
 import notebook_header  # noqa: E402
 
 CHAPTER = ROOT / "chapters" / "03_scaled_dot_product_attention.ipynb"
-# One exercise check, on the package's own function (the chapter defines its copy in a build cell).
+# One exercise check, on an answer that calls the package's function (the package's function itself is refused as
+# not the learner's own code; the chapter defines its copy in a build cell).
 CHECK = (
     "from tutorial_lib.attention import scaled_dot_product_attention as package_attention\n"
     "from tutorial_lib.checks import check\n"
-    'assert check("03.attention", package_attention).passed'
+    "def answer(q, k, v, mask=None):\n"
+    "    return package_attention(q, k, v, mask)\n"
+    'assert check("03.attention", answer).passed'
 )
 TORCH = "import json, torch; print(json.dumps([torch.__version__, torch.__file__]))"
 
