@@ -112,7 +112,9 @@ def test_the_catalogue_is_planted_whole():
 
 @pytest.mark.parametrize("path", sorted((ROOT / "solutions").glob("*.ipynb")), ids=lambda path: path.name)
 def test_the_solutions_score_full_marks(path):
-    result = grade.grade_notebook(path)
+    # One thread, as the notebooks run in CI: a solutions notebook may train a model the chapters share through the
+    # recipes' cache (chapter 11's table baseline), and its numbers depend on the thread count.
+    result = grade.grade_notebook(path, threads=1)
     assert result.status == "ran to the end"
     assert [(g.exercise_id, g.points, g.summary) for g in result.exercises] == [
         (exercise.id, exercise.points, "correct") for exercise in chapter_exercises(path.name[:2])
@@ -121,7 +123,7 @@ def test_the_solutions_score_full_marks(path):
 
 @pytest.mark.parametrize("path", sorted((ROOT / "exercises").glob("*.ipynb")), ids=lambda path: path.name)
 def test_every_fresh_exercises_notebook_runs_and_scores_zero(path):
-    result = grade.grade_notebook(path)
+    result = grade.grade_notebook(path, threads=1)
     assert result.status == "ran to the end"
     assert [(g.exercise_id, g.points, g.summary) for g in result.exercises] == [
         (exercise.id, 0, "not attempted yet") for exercise in chapter_exercises(path.name[:2])
