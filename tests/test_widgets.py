@@ -10,6 +10,7 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
+from tutorial_lib.widgets._live import live_views, view_label
 from tutorial_lib.widgets import (
     MASK_KINDS,
     build_mask,
@@ -174,15 +175,15 @@ def test_figures_have_one_panel_per_case():
     assert isinstance(variance_figure, Figure) and len(variance_figure.axes) == 1
 
 
-def test_softmax_saturation_widget_constructs_and_redraws():
+def test_softmax_saturation_widget_draws_every_state_for_the_browser():
     widget = softmax_saturation_widget(d_head=64, scaled=True)
-    assert isinstance(widget, widgets.VBox)
-    slider, toggle, image = widget.children
-    first = bytes(image.value)
-    assert first.startswith(b"\x89PNG")
-    slider.value = 1024
-    assert bytes(image.value).startswith(b"\x89PNG") and bytes(image.value) != first  # the change redrew it
-    toggle.value = False
+    controls, views = live_views(widget)
+    toggle, slider = controls
+    assert (toggle.value, slider.value) == (True, 64)
+    assert len(views) == 2 * len(slider.options)
+    pictures = {bytes(view.children[1].value) for view in views.values()}
+    assert len(pictures) == len(views) and all(p.startswith(b"\x89PNG") for p in pictures)  # each state its own
+    assert view_label(views[(1, slider.options.index(64))]) == "scores = q·k / √d_k (scaled) · d_k = 64"
     with pytest.raises(ValueError, match="d_head"):
         softmax_saturation_widget(d_head=100)
 

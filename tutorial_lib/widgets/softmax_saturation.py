@@ -17,6 +17,7 @@ from jaxtyping import Float
 from matplotlib.figure import Figure
 from torch import Tensor
 
+from tutorial_lib.widgets._live import live_states, png_view
 from tutorial_lib.widgets._plotting import figure_png, new_figure
 
 
@@ -152,29 +153,32 @@ def plot_saturation_grid(d_heads: Sequence[int] = (4, 64, 512), *, n_keys: int =
     return fig
 
 
-D_HEAD_CHOICES = tuple(2**i for i in range(11))  # 1 … 1024, the slider's stops
+D_HEAD_CHOICES = (1, 4, 16, 64, 512)  # the slider's stops: with scaled or not, 10 states drawn for the book
+
+
+def saturation_view(d_head: int, scaled: bool, *, n_keys: int = 16, seed: int = 0) -> Figure:
+    """The widget's picture for one state: one query's attention weights, with the entropy and gradient norm."""
+    stats = saturation(d_head, scaled=scaled, n_keys=n_keys, seed=seed)
+    fig, ax = new_figure(1, 1, figsize=(5.5, 3.2))
+    label = "scaled" if scaled else "unscaled"
+    _draw_distribution(ax, stats, f"one query's attention weights ({label}, d_k = {d_head})")
+    ax.set(xlabel="key position", ylabel="attention weight")
+    return fig
 
 
 def softmax_saturation_widget(d_head: int = 512, scaled: bool = False, *, n_keys: int = 16, seed: int = 0) -> widgets.VBox:
-    """Sliders for d_k and scaled/unscaled over :func:`saturation`: the distribution, its entropy, its gradient."""
+    """Controls for d_k and scaled/unscaled over :func:`saturation`: the distribution, its entropy, its gradient.
+
+    Every state is drawn now and switched in the browser (:func:`~tutorial_lib.widgets._live.live_states`), so the
+    controls also work in the rendered book, with no kernel.
+    """
     if d_head not in D_HEAD_CHOICES:
         raise ValueError(f"d_head must be one of {D_HEAD_CHOICES}, got {d_head!r}")
-    d_head_slider = widgets.SelectionSlider(options=D_HEAD_CHOICES, value=d_head, description="d_k")
     scaled_toggle = widgets.ToggleButtons(
         options=[("q·k (unscaled)", False), ("q·k / √d_k (scaled)", True)], value=scaled, description="scores"
     )
-    # An image, not an Output widget: its PNG lives in the widget state, so the book and nbval see no side output.
-    image = widgets.Image(format="png")
-
-    def redraw(_change=None) -> None:
-        stats = saturation(d_head_slider.value, scaled=scaled_toggle.value, n_keys=n_keys, seed=seed)
-        fig, ax = new_figure(1, 1, figsize=(5.5, 3.2))
-        label = "scaled" if scaled_toggle.value else "unscaled"
-        _draw_distribution(ax, stats, f"one query's attention weights ({label}, d_k = {d_head_slider.value})")
-        ax.set(xlabel="key position", ylabel="attention weight")
-        image.value = figure_png(fig)
-
-    d_head_slider.observe(redraw, names="value")
-    scaled_toggle.observe(redraw, names="value")
-    redraw()
-    return widgets.VBox([d_head_slider, scaled_toggle, image])
+    d_head_slider = widgets.SelectionSlider(options=D_HEAD_CHOICES, value=d_head, description="d_k")
+    return live_states(
+        [scaled_toggle, d_head_slider],
+        lambda scaled_, d_head_: png_view(figure_png(saturation_view(d_head_, scaled_, n_keys=n_keys, seed=seed))),
+    )
