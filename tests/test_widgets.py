@@ -181,8 +181,9 @@ def test_softmax_saturation_widget_draws_every_state_for_the_browser():
     toggle, slider = controls
     assert (toggle.value, slider.value) == (True, 64)
     assert len(views) == 2 * len(slider.options)
-    pictures = {bytes(view.children[1].value) for view in views.values()}
-    assert len(pictures) == len(views) and all(p.startswith(b"\x89PNG") for p in pictures)  # each state its own
+    pictures = {view.children[1].value for view in views.values()}
+    assert len(pictures) == len(views) and all('src="data:image/png;base64,' in p for p in pictures)  # each its own
+    assert all("alt=\"Plot: one query" in p for p in pictures)
     assert view_label(views[(1, slider.options.index(64))]) == "scores = q·k / √d_k (scaled) · d_k = 64"
     with pytest.raises(ValueError, match="d_head"):
         softmax_saturation_widget(d_head=100)

@@ -17,6 +17,7 @@ The DOM hooks the browser suite relies on: the outer box has the class ``tfs-liv
 
 from __future__ import annotations
 
+import base64
 import html
 import itertools
 import math
@@ -24,6 +25,9 @@ from collections.abc import Callable, Sequence
 
 import ipywidgets as widgets
 from ipywidgets.widgets.widget_link import Link
+from matplotlib.figure import Figure
+
+from tutorial_lib.widgets._plotting import figure_alt, figure_png
 
 LIVE_CLASS = "tfs-live"
 LABEL_CLASS = "tfs-state-label"
@@ -55,9 +59,13 @@ def state_view(label: str, content: widgets.Widget) -> widgets.VBox:
     return widgets.VBox([caption, content])
 
 
-def png_view(png: bytes) -> widgets.Image:
-    """A figure's PNG as an Image widget: its bytes live in the widget state, so the book shows it with no kernel."""
-    return widgets.Image(value=png, format="png")
+def png_view(fig: Figure, alt: str | None = None) -> widgets.HTML:
+    """A figure as an ``<img>`` in an HTML widget: the PNG lives in the widget state (the book needs no kernel) and
+    the image has a text alternative (``alt``, by default :func:`figure_alt`: its title and axes)."""
+    text = figure_alt(fig) if alt is None else alt
+    data = base64.b64encode(figure_png(fig)).decode("ascii")
+    return widgets.HTML(f'<img src="data:image/png;base64,{data}" alt="{html.escape(text, quote=True)}" '
+                        f'style="max-width: 100%; height: auto">')
 
 
 def live_states(

@@ -31,3 +31,29 @@ def new_figure(nrows: int, ncols: int, *, figsize: tuple[float, float], **subplo
     """A constrained-layout :class:`InlineFigure` and its axes, as ``Figure.subplots`` returns them."""
     fig = InlineFigure(figsize=figsize, dpi=90, layout="constrained")
     return fig, fig.subplots(nrows, ncols, **subplot_kw)
+
+
+def figure_alt(fig: Figure) -> str:
+    """A text alternative for a figure, from what it says about itself: its title, each panel's title and axes.
+
+    Screen readers and the book's accessibility check read it; a file name or "figure" says nothing of what is shown.
+    """
+    parts = []
+    title = fig._suptitle.get_text() if fig._suptitle is not None else ""
+    if title:
+        parts.append(title)
+    panels = []
+    for ax in fig.axes:
+        if not ax.get_visible() or ax.get_label() == "<colorbar>":
+            continue
+        words = [ax.get_title() or ax.get_title("left")]
+        axes_words = [f"{name} axis: {label}" for name, label in (("x", ax.get_xlabel()), ("y", ax.get_ylabel())) if label]
+        if axes_words:
+            words.append(", ".join(axes_words))
+        panels.append(" (".join(w for w in words if w) + (")" if len([w for w in words if w]) == 2 else ""))
+    panels = [p for p in panels if p]
+    if panels:
+        shown = "; ".join(panels[:6]) + (f"; and {len(panels) - 6} more panels" if len(panels) > 6 else "")
+        parts.append(f"{'Plot' if len(panels) == 1 else f'{len(panels)} panels'}: {shown}")
+    text = ". ".join(parts) or "A figure without a title or axis labels"
+    return text.replace("$", "")

@@ -180,5 +180,5 @@ def softmax_saturation_widget(d_head: int = 512, scaled: bool = False, *, n_keys
     d_head_slider = widgets.SelectionSlider(options=D_HEAD_CHOICES, value=d_head, description="d_k")
     return live_states(
         [scaled_toggle, d_head_slider],
-        lambda scaled_, d_head_: png_view(figure_png(saturation_view(d_head_, scaled_, n_keys=n_keys, seed=seed))),
+        lambda scaled_, d_head_: png_view(saturation_view(d_head_, scaled_, n_keys=n_keys, seed=seed)),
     )
