@@ -8,6 +8,9 @@
   is an error in every page's console); duplicates of a script are dropped.
 - **On a phone.** ``book.js`` wires the visible sidebar buttons that the theme leaves dead; ``book.css`` lets display
   equations scroll inside their box, wraps check verdicts instead of scrolling them, and keeps widgets in the width.
+- **Figures that say what they show.** A figure of the package stores its text alternative (its title and axes, see
+  ``tutorial_lib.widgets._plotting.figure_alt``) in the output's metadata; MyST-NB reads only width and height from
+  there, so the image renderer is wrapped to carry ``alt`` into the page's ``<img>`` too.
 - **Anchors for the traceability page.** Each build cell of a chapter gets a label per symbol it shows,
   ``cell-NN-module.name`` in lower case (e.g. ``cell-03-attention.scaled_dot_product_attention``), so
   ``[…](#cell-03-…)`` links to the cell and a missing one fails the build (``-n``); ``tools/book_pages.py`` writes
@@ -159,7 +162,26 @@ def _on_html_page_context(app: Sphinx, pagename: str, templatename: str, context
     scripts[:] = kept
 
 
+def _render_image_with_alt(render_image):
+    """MyST-NB's image renderer, also taking ``alt`` from the output's metadata (``{"image/png": {"alt": ...}}``)."""
+
+    def render(self, data):
+        image_nodes = render_image(self, data)
+        alt = data.output_metadata.get(data.mime_type, {}).get("alt")
+        for node in image_nodes:
+            if isinstance(alt, str) and alt.strip() and "alt" not in node:
+                node["alt"] = alt
+        return image_nodes
+
+    render.wrapped = render_image
+    return render
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
+    from myst_nb.core.render import NbElementRenderer
+
+    if not hasattr(NbElementRenderer.render_image, "wrapped"):
+        NbElementRenderer.render_image = _render_image_with_alt(NbElementRenderer.render_image)
     app.connect("config-inited", _on_config_inited)
     app.connect("builder-inited", _copy_assets)
     app.connect("doctree-read", _on_doctree_read)

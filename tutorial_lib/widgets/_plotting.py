@@ -15,8 +15,9 @@ class InlineFigure(Figure):
     figures are built without pyplot (so nothing is shown twice or kept alive), so they carry their own ``_repr_png_``.
     """
 
-    def _repr_png_(self) -> bytes:
-        return figure_png(self)
+    def _repr_png_(self) -> tuple[bytes, dict[str, str]]:
+        # With its text alternative as the output's metadata: the book's <img alt> (tools/book_extension.py).
+        return figure_png(self), {"alt": figure_alt(self)}
 
 
 def figure_png(fig: Figure) -> bytes:
@@ -56,4 +57,16 @@ def figure_alt(fig: Figure) -> str:
         shown = "; ".join(panels[:6]) + (f"; and {len(panels) - 6} more panels" if len(panels) > 6 else "")
         parts.append(f"{'Plot' if len(panels) == 1 else f'{len(panels)} panels'}: {shown}")
     text = ". ".join(parts) or "A figure without a title or axis labels"
-    return text.replace("$", "")
+    return _plain_math(text)
+
+
+_MATHTEXT = {r"\cdot": "·", r"\sqrt": "√", r"\times": "×", r"\ell": "ℓ", r"\alpha": "α", r"\theta": "θ",
+             r"\Delta": "Δ", r"\sigma": "σ", r"\mu": "μ", r"\leq": "≤", r"\geq": "≥", r"\approx": "≈",
+             r"\mathrm": "", r"\mathbf": "", r"\text": "", r"\,": " ", r"\;": " ", r"\!": ""}
+
+
+def _plain_math(text: str) -> str:
+    """Matplotlib's mathtext (``$q \\cdot k / \\sqrt{d_k}$``) as plain text a screen reader can say."""
+    for command, plain in _MATHTEXT.items():
+        text = text.replace(command, plain)
+    return " ".join(text.replace("$", "").replace("{", "").replace("}", "").replace("\\", "").split())
