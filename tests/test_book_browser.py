@@ -36,6 +36,7 @@ import shutil
 import sys
 import threading
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +44,7 @@ import nbformat
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))  # tools/ holds scripts, not a package
+from book_assets import AXE  # noqa: E402
 from book_pages import toc_files as toc_pages  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,6 +58,15 @@ SCREENSHOT_TARGETS = {"desktop": "#the-equation", "phone": "#what-a-large-score-
 VERDICT = r"^\d\d\.\w+: .*?\(\d+/\d+ points?\)"  # a check's verdict, as tutorial_lib/checks/core.py prints it
 # A figure's 10 pt text is 12.5 px at the figures' 90 dpi; shown at less than 55% of its width it falls below 7 px.
 MINIMUM_FIGURE_SCALE = 0.55
+# Item 1 of the issue: a page and the images it loads stay under 2 MB (a phone on a slow network).
+MAXIMUM_PAGE_BYTES = 2_000_000
+# A live widget (tutorial_lib/widgets/_live.py) is driven through at least this many states, each control moved.
+MINIMUM_WIDGET_STATES = 3
+# axe-core's rules for WCAG 2.0, 2.1 and 2.2 at levels A and AA; a serious or critical violation fails the page.
+AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa"]
+AXE_FAILING_IMPACTS = ("serious", "critical")
+# The chapter opened once more with the theme in dark mode (its figures and widgets must stay readable there).
+DARK_PAGE = "chapters/03_scaled_dot_product_attention"
 
 
 # --- what the sources say the pages must show ---------------------------------------------------------------------
@@ -105,6 +116,9 @@ class PageReport:
     width: str
     problems: list[str] = field(default_factory=list)
     checks: int = 0
+    widgets: int = 0  # live widgets driven
+    states: int = 0  # distinct states they were driven through (their first state included)
+    axe: dict[str, int] = field(default_factory=dict)  # serious/critical violations: rule -> elements
 
     def check(self, ok: bool, problem: str) -> None:
         self.checks += 1
@@ -212,6 +226,202 @@ AUDIT = r"""([verdictPattern, minimumScale]) => {
 }"""
 
 
+# Images: every picture in the article says what it shows (MyST-NB's default alt is the image's file name, and
+# Sphinx's `alt` falls back to the URI); the bytes the page and its images weigh.
+IMAGES = r"""() => {
+  const article = document.querySelector('main') || document.body;
+  const fileName = /(^|[\/\\])[\w.-]+\.(png|jpe?g|gif|svg|webp)$|^data:|^(png|jpe?g|svg|image|img|figure|picture|plot|graph)$/i;
+  const bad = [];
+  for (const image of article.querySelectorAll('img')) {
+    const alt = (image.getAttribute('alt') || '').trim();
+    const src = image.getAttribute('src') || '';
+    if (!alt || fileName.test(alt) || alt === src || alt.length < 8) {
+      bad.push(`${src.startsWith('data:') ? 'data: image' : src.slice(0, 60)} has alt ${JSON.stringify(alt)}`);
+    }
+  }
+  const loaded = Array.from(document.images).map((image) => image.currentSrc).filter((src) => src.startsWith(location.origin));
+  return {images: article.querySelectorAll('img').length, badAlt: bad.slice(0, 5), badAltCount: bad.length,
+          loaded: Array.from(new Set(loaded.map((src) => new URL(src).pathname)))};
+}"""
+
+# Live widgets (tutorial_lib/widgets/_live.py): a box of class `tfs-live` holds its controls (ToggleButtons,
+# SelectionSlider) and a stack of views; the view shown has a `tfs-state-label` ("d_k = 64 · scaled") and an <img>.
+# Marks each widget's controls with `data-tfs-control` (their order is the label's) and returns what is shown.
+LIVE_STATE = r"""(index) => {
+  const live = document.querySelectorAll('.tfs-live')[index];
+  if (!live) return null;
+  const shown = (el) => el.checkVisibility ? el.checkVisibility() : el.offsetParent !== null;
+  const stack = Array.from(live.children).find((child) => child.querySelector('.tfs-state-label'));
+  const controls = Array.from(live.querySelectorAll('.widget-toggle-buttons, .widget-slider'))
+    .filter((control) => !(stack && stack.contains(control)));
+  const readouts = controls.map((control, k) => {
+    control.dataset.tfsControl = String(k);
+    const description = (control.querySelector(':scope > .widget-label') || {}).textContent || '';
+    if (control.classList.contains('widget-toggle-buttons')) {
+      const buttons = Array.from(control.querySelectorAll('.widget-toggle-button'));
+      const active = buttons.findIndex((button) => button.classList.contains('mod-active'));
+      return {kind: 'toggle', description: description.trim(), readout: active >= 0 ? buttons[active].textContent.trim() : null,
+              index: active, count: buttons.length};
+    }
+    const handle = control.querySelector('.noUi-handle');
+    return {kind: 'slider', description: description.trim(),
+            readout: ((control.querySelector('.widget-readout') || {}).textContent || '').trim(),
+            index: handle ? Math.round(Number(handle.getAttribute('aria-valuenow'))) : null,
+            count: handle ? Math.round(Number(handle.getAttribute('aria-valuemax'))) + 1 : 0};
+  });
+  const labels = Array.from(live.querySelectorAll('.tfs-state-label')).filter(shown);
+  const view = labels.length === 1 ? labels[0].parentElement : null;
+  const images = view ? Array.from(view.querySelectorAll('img')).filter(shown) : [];
+  // A short fingerprint of what is drawn (the pictures are data: URIs of a few tens of kB).
+  let hash = 0;
+  const src = images.map((image) => image.getAttribute('src')).join('|');
+  for (let i = 0; i < src.length; i++) hash = (Math.imul(hash, 31) + src.charCodeAt(i)) | 0;
+  return {controls: readouts, labels: labels.map((label) => label.textContent.trim()),
+          drawn: images.length ? `${src.length}:${hash}` : null,
+          drawnLoaded: images.every((image) => image.complete && image.naturalWidth > 0)};
+}"""
+
+AXE_RUN = r"""async ([tags, impacts]) => {
+  const result = await axe.run(document, {runOnly: {type: 'tag', values: tags}, resultTypes: ['violations']});
+  return result.violations.filter((rule) => impacts.includes(rule.impact)).map((rule) => ({
+    id: rule.id, impact: rule.impact, help: rule.help, count: rule.nodes.length,
+    where: rule.nodes.slice(0, 3).map((node) => node.target.join(' ').slice(-120)),
+  }));
+}"""
+
+# Dark mode: each figure is opaque (a transparent PNG would put black axes on the dark page) or sits on a light
+# background that CSS gives it. Reads the corners of each image through a canvas (data: and same-origin images).
+FIGURE_BACKGROUNDS = r"""() => {
+  const article = document.querySelector('main') || document.body;
+  const canvas = document.createElement('canvas');
+  canvas.width = canvas.height = 1;
+  const context = canvas.getContext('2d', {willReadFrequently: true});
+  const opaque = (color) => { const m = color.match(/rgba?\(([^)]+)\)/); if (!m) return false; const p = m[1].split(/[ ,\/]+/).filter(Boolean); return p.length < 4 || Number(p[3]) === 1; };
+  const result = {figures: 0, transparent: []};
+  for (const image of article.querySelectorAll('img')) {
+    const src = image.getAttribute('src') || '';
+    if (!image.complete || image.naturalWidth === 0 || /badges\//.test(src) || /\.svg$/i.test(src)) continue;
+    result.figures += 1;
+    const w = image.naturalWidth, h = image.naturalHeight;
+    let clear = false;
+    for (const [x, y] of [[0, 0], [w - 1, 0], [0, h - 1], [w - 1, h - 1]]) {
+      context.clearRect(0, 0, 1, 1);
+      context.drawImage(image, x, y, 1, 1, 0, 0, 1, 1);
+      if (context.getImageData(0, 0, 1, 1).data[3] < 255) clear = true;
+    }
+    if (clear && !opaque(getComputedStyle(image).backgroundColor)) {
+      result.transparent.push(`${src.startsWith('data:') ? 'a widget picture' : src.slice(0, 60)} (alt ${JSON.stringify((image.alt || '').slice(0, 50))})`);
+    }
+  }
+  return result;
+}"""
+
+
+def _state_problems(state: dict, where: str) -> list[str]:
+    """What is wrong with a live widget's visible state: one view shown, drawn, and labelled with each control's
+    current option ("description = option", in the controls' order, joined by " · ")."""
+    if len(state["labels"]) != 1:
+        return [f"{where}: {len(state['labels'])} views shown at once (one expected): {state['labels']}"]
+    problems = []
+    if state["drawn"] is None or not state["drawnLoaded"]:
+        problems.append(f"{where}: the view {state['labels'][0]!r} shows no loaded picture")
+    segments = state["labels"][0].split(" · ")
+    if len(segments) != len(state["controls"]):
+        return problems + [f"{where}: the label {state['labels'][0]!r} names {len(segments)} controls, the widget has "
+                           f"{len(state['controls'])}"]
+    for control, segment in zip(state["controls"], segments):
+        readout = control["readout"]
+        expected = f"{control['description']} = {readout}" if control["description"] else readout
+        if not readout or segment.strip() != expected:
+            problems.append(f"{where}: the label says {segment.strip()!r} where the {control['kind']} reads {expected!r}")
+    return problems
+
+
+async def _drive_widgets(page, report: PageReport, viewport_width: int) -> None:
+    """Move every control of every live widget through its states (a toggle: each of its buttons, clicked; a slider:
+    arrow keys on its focused handle, as a keyboard or a phone reader does), and check after each move that the
+    picture changed and the label names the controls' new values."""
+    count = await page.locator(".tfs-live").count()
+    report.widgets += count
+    for index in range(count):
+        live = page.locator(".tfs-live").nth(index)
+        state = await page.evaluate(LIVE_STATE, index)
+        name = f"live widget {index + 1}"
+        for problem in _state_problems(state, f"{name} as stored"):
+            report.check(False, problem)
+        report.check(bool(state["controls"]), f"{name} has no control (ToggleButtons or SelectionSlider)")
+        seen = {state["labels"][0] if state["labels"] else ""}
+        for k, control in enumerate(state["controls"]):
+            element = live.locator(f'[data-tfs-control="{k}"]')
+            if control["kind"] == "toggle":
+                moves = [i for i in range(control["count"]) if i != control["index"]]
+            else:
+                moves = [None] * min(control["count"] - 1, MINIMUM_WIDGET_STATES - 1)
+                direction = "ArrowRight" if control["index"] < control["count"] - 1 else "ArrowLeft"
+            for move in moves:
+                before = state
+                where = f"{name}, {control['kind']} {control['description'] or k + 1!r}"
+                try:
+                    if control["kind"] == "toggle":
+                        await element.locator(".widget-toggle-button").nth(move).click(timeout=5_000)
+                    else:
+                        handle = element.locator(".noUi-handle")
+                        await handle.scroll_into_view_if_needed(timeout=5_000)
+                        box = await handle.bounding_box()
+                        report.check(box is not None and box["x"] >= 0 and box["x"] + box["width"] <= viewport_width,
+                                     f"{where}: the slider's handle is outside the {viewport_width} px screen ({box})")
+                        current = (await page.evaluate(LIVE_STATE, index))["controls"][k]["index"]
+                        if direction == "ArrowRight" and current >= control["count"] - 1:
+                            direction = "ArrowLeft"
+                        elif direction == "ArrowLeft" and current <= 0:
+                            direction = "ArrowRight"
+                        await handle.focus()
+                        await page.keyboard.press(direction)
+                    await page.wait_for_function(
+                        "([index, label]) => { const live = document.querySelectorAll('.tfs-live')[index];"
+                        " const shown = Array.from(live.querySelectorAll('.tfs-state-label')).filter((l) => l.checkVisibility());"
+                        " return shown.length === 1 && shown[0].textContent.trim() !== label; }",
+                        arg=[index, before["labels"][0] if before["labels"] else ""], timeout=5_000)
+                except Exception as error:  # noqa: BLE001 - a control that does not switch the view is this page's failure
+                    report.check(False, f"{where}: moving it did not change the view shown ({type(error).__name__}: "
+                                        f"{str(error).splitlines()[0][:120]})")
+                    break
+                state = await page.evaluate(LIVE_STATE, index)
+                for problem in _state_problems(state, where):
+                    report.check(False, problem)
+                report.check(state["drawn"] != before["drawn"],
+                             f"{where}: the picture did not change from {before['labels']} to {state['labels']}")
+                report.check(state["controls"][k]["index"] != before["controls"][k]["index"],
+                             f"{where}: the control's value did not move")
+                seen.add(state["labels"][0] if state["labels"] else "")
+        report.check(len(seen) >= MINIMUM_WIDGET_STATES,
+                     f"{name} was driven through {len(seen)} states, fewer than {MINIMUM_WIDGET_STATES}: {sorted(seen)}")
+        report.states += len(seen)
+
+
+async def _accessibility(page, report: PageReport) -> None:
+    """axe-core (the pinned npm package, injected from .book-assets/) on the page: no serious or critical violation
+    of WCAG 2.x A/AA. Nothing is excluded."""
+    await page.add_script_tag(path=str(AXE))
+    violations = await page.evaluate(AXE_RUN, [AXE_TAGS, list(AXE_FAILING_IMPACTS)])
+    for rule in violations:
+        report.axe[rule["id"]] = report.axe.get(rule["id"], 0) + rule["count"]
+    report.check(not violations, "axe-core (WCAG A/AA): " + "; ".join(
+        f"{rule['id']} ({rule['impact']}, {rule['count']} elements: {rule['help']}) at {rule['where']}" for rule in violations))
+
+
+async def _images_and_size(page, report: PageReport, page_name: str) -> None:
+    images = await page.evaluate(IMAGES)
+    report.check(not images["badAlt"], f"{images['badAltCount']} image(s) without an alt text that says what they show: "
+                                       f"{images['badAlt']}")
+    size = (HTML / f"{page_name}.html").stat().st_size
+    for path in images["loaded"]:
+        local = HTML / urllib.parse.unquote(path).lstrip("/")
+        size += local.stat().st_size if local.is_file() else 0
+    report.check(size < MAXIMUM_PAGE_BYTES, f"the page and its images weigh {size / 1e6:.2f} MB "
+                                             f"(at most {MAXIMUM_PAGE_BYTES / 1e6:.0f} MB)")
+
+
 async def _phone_navigation(page, report: PageReport, base: str) -> None:
     """At 390 px: each sidebar opens from the button a reader sees, and a link in it works."""
     secondary = page.locator(".secondary-toggle:visible")
@@ -279,9 +489,13 @@ async def _phone_navigation(page, report: PageReport, base: str) -> None:
 
 
 async def _audit_page(browser, base: str, page_name: str, width_name: str, blocked: list[str],
-                      screenshots: Path | None) -> PageReport:
-    report = PageReport(page_name, width_name)
+                      screenshots: Path | None, dark: bool = False) -> PageReport:
+    """Every check of the module's docstring on one page at one width; ``dark``: with the theme in dark mode (as a
+    reader who chose it left it in the browser's storage), where figures must also be opaque."""
+    report = PageReport(page_name, "dark" if dark else width_name)
     context = await browser.new_context(viewport={"width": WIDTHS[width_name], "height": HEIGHT[width_name]})
+    if dark:  # pydata-sphinx-theme reads the reader's choice from localStorage before it draws the page
+        await context.add_init_script("localStorage.setItem('mode', 'dark'); localStorage.setItem('theme', 'dark');")
     off_origin: list[str] = []
     failed: list[str] = []
     errors: list[str] = []
@@ -322,13 +536,23 @@ async def _audit_page(browser, base: str, page_name: str, width_name: str, block
         report.check(not audit["clipped"], f"cut off where no scrolling reaches: {audit['clipped']}")
         report.check(not audit["scrolledVerdicts"], f"check verdicts scroll instead of wrapping: {audit['scrolledVerdicts']}")
         report.check(not audit["shrunkFigures"], f"figures shrunk below {MINIMUM_FIGURE_SCALE:.0%} (their text unreadable): {audit['shrunkFigures']}")
-        if screenshots is not None and page_name == SCREENSHOT_PAGE:
+        if screenshots is not None and page_name == SCREENSHOT_PAGE and not dark:
             screenshots.mkdir(parents=True, exist_ok=True)
             await page.evaluate("(selector) => { document.querySelector(selector).scrollIntoView(); window.scrollBy(0, -64); }",
                                 SCREENSHOT_TARGETS[width_name])
             await page.wait_for_timeout(300)
             await page.screenshot(path=str(screenshots / f"chapter-03-{width_name}.png"))
             await page.evaluate("window.scrollTo(0, 0)")
+        if dark:
+            theme = await page.evaluate("document.documentElement.dataset.theme")
+            report.check(theme == "dark", f"the theme is in {theme!r} mode, not dark")
+            backgrounds = await page.evaluate(FIGURE_BACKGROUNDS)
+            report.check(backgrounds["figures"] > 0, "no figure to check in dark mode")
+            report.check(not backgrounds["transparent"],
+                         f"figures transparent on the dark page (no background of their own): {backgrounds['transparent'][:5]}")
+        await _accessibility(page, report)
+        await _images_and_size(page, report, page_name)
+        await _drive_widgets(page, report, WIDTHS[width_name])
         if width_name == "phone":
             await _phone_navigation(page, report, base)
     except Exception as error:  # noqa: BLE001 - a page that cannot be audited is a failure of that page
@@ -391,7 +615,15 @@ async def _audit_book(pages: list[str], base: str, screenshots: Path | None) -> 
             async with limit:
                 return await _audit_page(browser, base, page_name, width_name, blocked, screenshots)
 
-        reports = await asyncio.gather(*(one(p, w) for p in pages for w in WIDTHS))
+        async def dark() -> list[PageReport]:
+            if DARK_PAGE not in pages:
+                return []
+            async with limit:
+                return [await _audit_page(browser, base, DARK_PAGE, "desktop", blocked, None, dark=True)]
+
+        reports, dark_reports = await asyncio.gather(
+            asyncio.gather(*(one(p, w) for p in pages for w in WIDTHS)), dark())
+        reports = list(reports) + dark_reports
         search = await _search(browser, base)
         await browser.close()
     return list(reports), search, blocked
@@ -418,15 +650,29 @@ def book(request):
     seconds = time.perf_counter() - start
     checks = sum(report.checks for report in reports) + search.checks
     failed = sum(bool(report.problems) for report in reports) + bool(search.problems)
+    axe: dict[str, int] = {}
+    for report in reports:
+        for rule, count in report.axe.items():
+            axe[rule] = axe.get(rule, 0) + count
+    dark = any(report.width == "dark" for report in reports)
+    summary = (
+        f"browser: {len(pages)} pages x {len(WIDTHS)} widths ({', '.join(f'{w} px' for w in WIDTHS.values())})"
+        f"{' + ' + DARK_PAGE.split('/')[-1] + ' in dark mode' if dark else ''} + search: "
+        f"{sum(r.widgets for r in reports)} live widgets driven through {sum(r.states for r in reports)} states, "
+        f"{checks} checks in {seconds:.1f} s, {failed} page(s) with problems, "
+        f"axe-core serious/critical: {sum(axe.values())} ({', '.join(f'{k} {v}' for k, v in sorted(axe.items())) or 'none'}), "
+        f"{len(blocked)} off-origin request(s) blocked"
+    )
     terminal = request.config.pluginmanager.get_plugin("terminalreporter")
     capture = request.config.pluginmanager.get_plugin("capturemanager")
-    if terminal is not None and capture is not None:
-        with capture.global_and_fixture_disabled():
-            terminal.write_line(
-                f"\nbrowser: {len(pages)} pages x {len(WIDTHS)} widths ({', '.join(f'{w} px' for w in WIDTHS.values())}) "
-                f"+ search: {checks} checks in {seconds:.1f} s, {failed} page(s) with problems, "
-                f"{len(blocked)} off-origin request(s) blocked"
-            )
+
+    def write_summary() -> None:
+        if terminal is not None and capture is not None:
+            with capture.global_and_fixture_disabled():
+                terminal.write_line("\n" + summary)
+
+    write_summary()  # when the audit ends, and again after the module's last test (the end of `make test-browser`)
+    request.addfinalizer(write_summary)
     return {(report.page, report.width): report for report in reports} | {("search", "desktop"): search}
 
 
@@ -439,6 +685,16 @@ def test_page_in_the_browser(book, page, width):
     report = book[(page, width)]
     if report.problems:
         pytest.fail(f"{page}.html at {WIDTHS[width]} px:\n  " + "\n  ".join(report.problems), pytrace=False)
+
+
+@pytest.mark.browser
+def test_chapter_03_in_dark_mode(book):
+    """Chapter 03 with the theme in dark mode: every check above, figures opaque, axe-core's contrast in dark colours."""
+    if (DARK_PAGE, "dark") not in book:
+        pytest.skip("not in BOOK_PAGES")
+    report = book[(DARK_PAGE, "dark")]
+    if report.problems:
+        pytest.fail(f"{DARK_PAGE}.html in dark mode:\n  " + "\n  ".join(report.problems), pytrace=False)
 
 
 @pytest.mark.browser

@@ -5,6 +5,9 @@ The book needs three browser packages that Jupyter Book 1 would otherwise load f
 - MathJax 3 typesets the equations (MathJax 4 would fetch its fonts from a CDN);
 - RequireJS and ``@jupyter-widgets/html-manager`` draw the stored widget outputs.
 
+A fourth, ``axe-core``, is the browser suite's accessibility check: the suite injects it into each page it audits
+from ``.book-assets/`` (the book does not serve it).
+
 They come from the npm registry at the versions pinned below (``npm pack``: the package's tarball alone, without its
 build-time dependencies), each checked against its pinned sha512, and are unpacked into ``.book-assets/`` (ignored by
 git). ``tools/book_extension.py`` copies them into ``_build/html/_vendor/`` and points every page at them. Nothing is
@@ -67,6 +70,13 @@ PACKAGES = (
         "@jupyter-widgets/html-manager",
         ("dist", "package.json"),  # its licence (BSD-3-Clause) is stated in package.json
     ),
+    Package(
+        "axe-core",
+        "4.10.3",  # the accessibility engine of the browser suite (tests/test_book_browser.py), not of the book
+        "sha512-Xm7bpRXnDSX2YE2YFfBk2FnF0ep6tmG7xPh8iHee8MIcrgq762Nkce856dYtJYLkuIoYZvGfTs/PbZhideTcEg==",
+        "axe-core",
+        ("axe.min.js", "LICENSE"),  # MPL-2.0
+    ),
 )
 
 # What the pages load, relative to _build/html/ (the extension swaps the CDN addresses for these).
@@ -75,6 +85,10 @@ REQUIREJS = "_vendor/requirejs/require.js"
 WIDGETS = "_vendor/@jupyter-widgets/html-manager/dist/embed-amd.js"
 # The widget manager fetches its icon fonts (and any widget module it does not bundle) from <this folder>/<package>/.
 WIDGETS_CDN = "_vendor/"
+# What the browser suite injects into each page it audits (from .book-assets/, never from the network); the book
+# itself does not serve it (tools/book_extension.py leaves TEST_ONLY out of _build/html/_vendor/).
+AXE = ASSETS / "axe-core" / "axe.min.js"
+TEST_ONLY = ("axe-core",)
 
 
 def manifest() -> dict[str, str]:
@@ -137,7 +151,7 @@ def install(assets: Path = ASSETS) -> bool:
         for package in PACKAGES:
             _unpack(package, _pack(package, Path(download)), assets)
             print(f"book_assets: {package.name}@{package.version} -> {assets / package.folder}")
-    for served in (MATHJAX, REQUIREJS, WIDGETS):
+    for served in (MATHJAX, REQUIREJS, WIDGETS, f"_vendor/{AXE.relative_to(ASSETS).as_posix()}"):
         if not (assets / served.removeprefix("_vendor/")).is_file():
             raise SystemExit(f"book_assets: {served} is missing after the install")
     (assets / STAMP.name).write_text(json.dumps(manifest(), indent=1) + "\n")

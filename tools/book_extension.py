@@ -91,7 +91,8 @@ def _copy_assets(app: Sphinx) -> None:
     if (target / stamp.name).exists() and filecmp.cmp(stamp, target / stamp.name, shallow=False):
         return
     shutil.rmtree(target, ignore_errors=True)
-    shutil.copytree(book_assets.ASSETS, target)
+    shutil.copytree(book_assets.ASSETS, target, ignore=lambda folder, names: [
+        name for name in names if Path(folder) == book_assets.ASSETS and name in book_assets.TEST_ONLY])
 
 
 def _on_doctree_read(app: Sphinx, doctree: nodes.document) -> None:

@@ -171,6 +171,9 @@ class Exercise:
     axes: dict[str, str] = field(default_factory=dict)
     nan_hint: str = "NaN comes from 0/0, inf - inf, the square root or log of a negative number, or a softmax over -inf only."
     seed: int = 0
+    # A predict-then-measure exercise (tutorial_lib.checks.prediction): the sentence a right prediction gets, from the
+    # learner's function; its verdicts speak of the prediction, not of "seeded cases".
+    on_pass: Callable[[Any], str] | None = None
 
     def __post_init__(self) -> None:
         if not _EXERCISE_ID.match(self.id):
@@ -490,14 +493,18 @@ def _judge(exercise: Exercise, obj: Any, time_limit: float) -> _Verdict:
         if problem is not None:
             return _Verdict("randomness", f"{sentence(problem)} It looks like you ignored the `generator` argument. "
                                           f"{_USE_THE_GENERATOR}", "ignored the generator it was given")
+    if first is None and exercise.on_pass is not None:
+        return _Verdict("passed", sentence(exercise.on_pass(obj)))
     if first is None:
         return _Verdict("passed", f"It matches the reference on {len(cases)} seeded cases: {sentence(exercise.checked)}")
 
     failure, case = failures[first], cases[first]
+    where = "" if exercise.on_pass is not None else f"On {case.describe()}, "  # a prediction has no inputs to name
     if failure.kind == "raised":
-        body = sentence(f"On {case.describe()}, your code raised {failure.detail}")
+        body = sentence(f"{where}your code raised {failure.detail}")
     else:
-        body = sentence(f"On {case.describe()}, {failure.detail}")
+        body = sentence(f"{where}{failure.detail}")
+    body = body[0].upper() + body[1:]
     mistakes = _matching_mistakes(exercise, cases, learner, refused)
     if len(mistakes) == 1:
         body += f" It looks like you {mistakes[0].description}. {sentence(mistakes[0].fix)}"
@@ -514,6 +521,8 @@ def _judge(exercise: Exercise, obj: Any, time_limit: float) -> _Verdict:
     elif failure.kind in {"wrong_values", "wrong_shape"}:
         body += f" It matches none of the known mistakes. Hint: {sentence(exercise.hint)}"
     headline, reason = "", _reason(failure.detail)
+    if exercise.on_pass is not None and failure.kind == "wrong_values":
+        headline = "prediction missed"
     if failure.kind == "raised":
         headline = f"raised {type(learner[first].error).__name__}"
         reason = reason.removeprefix(type(learner[first].error).__name__).removeprefix(": ")

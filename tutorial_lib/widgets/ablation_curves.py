@@ -1,7 +1,8 @@
 """Chapter 11's figures: the ablation rows' loss curves, the loss by position, and gradient norms per block.
 
 Pure functions take the runs (:class:`~tutorial_lib.recipes.ablation.AblationResult`, or anything with the same curve
-fields) and return figures; :func:`ablation_curves_widget` is a thin ipywidgets wrapper over :func:`plot_curve_overlay`.
+fields) and return figures; :func:`ablation_curves_widget` draws :func:`plot_curve_overlay` for each row against the
+baseline, switched in the browser.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from torch import Tensor
 
 from tutorial_lib.recipes.ablation import AblationResult
 from tutorial_lib.stats import PairedComparison
-from tutorial_lib.widgets._plotting import figure_png, new_figure
+from tutorial_lib.widgets._live import live_states, png_view
+from tutorial_lib.widgets._plotting import new_figure
 
 CURVES = ("validation", "training")
+TOGETHER = "all together"  # the widget's first option: every offered row on one pair of axes
 BASELINE_COLOR = "0.45"
 _PALETTE = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive",
             "tab:cyan", "navy", "darkgoldenrod", "teal")
@@ -131,25 +134,32 @@ def plot_curve_overlay(
 
 def ablation_curves_widget(
     results: Mapping[str, AblationResult], rows: Sequence[str] | None = None, *, curve: str = "validation",
-    reference_loss: float | None = None,
+    reference_loss: float | None = None, baseline: str = "baseline",
 ) -> widgets.VBox:
-    """Pick the rows to overlay and the curve to show; the picture is :func:`plot_curve_overlay`'s."""
+    """Buttons for one row at a time over the ``baseline`` (or ``rows`` all together, the first option) and for the
+    curve; each picture is :func:`plot_curve_overlay`'s.
+
+    Every state is drawn now and switched in the browser (:func:`~tutorial_lib.widgets._live.live_states`), so the
+    controls also work in the rendered book, with no kernel.
+    """
     rows = list(results) if rows is None else list(rows)
-    _check_results(results, rows)
+    _check_results(results, [*rows, baseline])
     if curve not in CURVES:
         raise ValueError(f"curve must be one of {CURVES}, got {curve!r}")
-    choose = widgets.SelectMultiple(options=list(results), value=rows, rows=min(len(results), 10), description="rows")
-    which = widgets.ToggleButtons(options=CURVES, value=curve, description="curve")
-    image = widgets.Image(format="png")  # its PNG lives in the widget state: no side output for nbval
+    others = [row for row in rows if row != baseline]
+    if not others:
+        raise ValueError(f"rows must hold at least one row other than the baseline {baseline!r}, got {rows}")
+    shown = {TOGETHER: rows, **{row: [baseline, row] for row in others}}
+    row_buttons = widgets.ToggleButtons(options=list(shown), value=TOGETHER, description="rows")
+    curve_buttons = widgets.ToggleButtons(options=CURVES, value=curve, description="curve")
 
-    def redraw(_change: object = None) -> None:
-        image.value = figure_png(plot_curve_overlay(results, list(choose.value), curve=which.value,
-                                                    reference_loss=reference_loss))
+    def view(row: str, curve_: str) -> widgets.HTML:
+        fig = plot_curve_overlay(results, shown[row], curve=curve_, reference_loss=reference_loss)
+        what = ", ".join(shown[row]) if row == TOGETHER else f"{row} against {baseline}"
+        fig.axes[0].set_title(f"{curve_} loss: {what}", fontsize=9)  # also the picture's alt text
+        return png_view(fig)
 
-    for control in (choose, which):
-        control.observe(redraw, names="value")
-    redraw()
-    return widgets.VBox([widgets.HBox([choose, which]), image])
+    return live_states([row_buttons, curve_buttons], view)
 
 
 def plot_position_losses(curves: Mapping[str, Tensor], *, references: Mapping[str, float] | None = None) -> Figure:

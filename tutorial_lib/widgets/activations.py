@@ -3,7 +3,7 @@ SwiGLU gate.
 
 :func:`activation_curves` evaluates each function and its derivative (by autograd, so the slope is the one training
 sees) on a grid; :func:`plot_activations` draws them, values above and slopes below; :func:`activation_widget` is a
-thin ipywidgets wrapper over the two.
+thin ipywidgets wrapper over the two (every state drawn when the notebook runs, so it works in the rendered book too).
 
 The SwiGLU "gate" is the map ``(a, b) ↦ SiLU(a)·b`` of two projections of the same input: drawn as a function of the
 gate's input ``a`` for a fixed value ``b`` of the other branch, it is SiLU scaled by ``b``, and its slope in ``a`` is
@@ -22,7 +22,8 @@ from jaxtyping import Float
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from tutorial_lib.widgets._plotting import figure_png, new_figure
+from tutorial_lib.widgets._live import live_states, png_view
+from tutorial_lib.widgets._plotting import new_figure
 
 ACTIVATION_NAMES = ("ReLU", "GELU (exact)", "GELU (tanh)", "SiLU", "SwiGLU gate")
 _COLORS = dict(zip(ACTIVATION_NAMES, ("black", "tab:blue", "tab:orange", "tab:green", "tab:red")))
@@ -98,21 +99,32 @@ def plot_activations(
     return fig
 
 
+X_MAX_CHOICES = (2.0, 4.0, 8.0)  # the x range's stops, a control only when the gate is not drawn
+GATE_CHOICES = (-1.0, 0.0, 0.5, 1.0, 2.0)  # the gate's stops: 5 states drawn for the book
+
+
 def activation_widget(
     names: Sequence[str] = ACTIVATION_NAMES, *, x_max: float = 4.0, gate_value: float = 1.0
 ) -> widgets.VBox:
-    """Which functions to draw, the x range and the SwiGLU gate's other branch ``b`` as controls."""
-    selector = widgets.SelectMultiple(options=ACTIVATION_NAMES, value=tuple(names), description="functions", rows=5)
-    range_slider = widgets.FloatSlider(value=x_max, min=0.5, max=10.0, step=0.5, description="x range ±")
-    gate_slider = widgets.FloatSlider(value=gate_value, min=-2.0, max=2.0, step=0.25, description="gate: b")
-    # An image, not an Output widget: its PNG lives in the widget state, so the book and nbval see no side output.
-    image = widgets.Image(format="png")
+    """The functions ``names``, with the SwiGLU gate's other branch ``b`` as a control (the x range when the gate is
+    not drawn, since ``b`` then changes nothing).
 
-    def redraw(_change: object = None) -> None:
-        chosen = selector.value or ("ReLU",)
-        image.value = figure_png(plot_activations(chosen, x_max=range_slider.value, gate_value=gate_slider.value))
-
-    for control in (selector, range_slider, gate_slider):
-        control.observe(redraw, names="value")
-    redraw()
-    return widgets.VBox([selector, range_slider, gate_slider, image])
+    Every state is drawn now and switched in the browser (:func:`~tutorial_lib.widgets._live.live_states`), so the
+    control also works in the rendered book, with no kernel. Other functions or another range: call it again.
+    """
+    activation_curves(names, n_points=2)  # validate the names before building any control
+    if "SwiGLU gate" not in names:
+        if x_max not in X_MAX_CHOICES:
+            raise ValueError(f"x_max must be one of {X_MAX_CHOICES}, got {x_max!r}")
+        range_slider = widgets.SelectionSlider(options=[(f"{x:g}", x) for x in X_MAX_CHOICES], value=x_max,
+                                               description="x range ±")
+        return live_states([range_slider], lambda x_max_: png_view(plot_activations(names, x_max=x_max_)))
+    if not x_max > 0:
+        raise ValueError(f"x_max must be > 0, got {x_max!r}")
+    if gate_value not in GATE_CHOICES:
+        raise ValueError(f"gate_value must be one of {GATE_CHOICES}, got {gate_value!r}")
+    gate_slider = widgets.SelectionSlider(options=[(f"{b:g}", b) for b in GATE_CHOICES], value=gate_value,
+                                          description="gate: b")
+    return live_states(
+        [gate_slider], lambda gate_: png_view(plot_activations(names, x_max=x_max, gate_value=gate_)),
+    )

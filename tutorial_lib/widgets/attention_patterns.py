@@ -4,7 +4,8 @@
 :func:`head_scores` measures, for every head, how much weight it puts on the previous token and on word boundaries,
 next to what a head spreading its weight evenly over the past would give; :func:`plot_head_grid` draws every head on
 one line of text (the book's static rendering), :func:`plot_head` one head with the characters as labels, and
-:func:`attention_pattern_widget` lets a reader pick the layer and head.
+:func:`attention_pattern_widget` lets a reader pick the layer and head (in the rendered book too: every head is
+drawn when the notebook runs).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from tutorial_lib.models.gpt import GPT
-from tutorial_lib.widgets._plotting import figure_png, new_figure
+from tutorial_lib.widgets._live import MAX_STATES, live_states, png_view
+from tutorial_lib.widgets._plotting import new_figure
 
 
 @torch.no_grad()
@@ -109,18 +111,24 @@ def plot_head(pattern: Float[Tensor, "query_pos key_pos"], text: str, *, title: 
 
 def attention_pattern_widget(model: GPT, tokens: Int[Tensor, " seq"], text: str, *, layer: int = 0,
                              head: int = 0) -> widgets.VBox:
-    """Layer and head as sliders over one line of text; the chosen head's weights, characters as labels."""
+    """Layer and head as sliders over one line of text; the chosen head's weights, characters as labels.
+
+    Every head is drawn now and switched in the browser (:func:`~tutorial_lib.widgets._live.live_states`), so the
+    sliders also work in the rendered book, with no kernel.
+    """
+    if tokens.ndim != 1 or tokens.numel() != len(text):
+        raise ValueError(f"tokens must be 1-D with one token per character of text ({len(text)}), "
+                         f"got shape {tuple(tokens.shape)}")
     pattern = attention_patterns(model, tokens[None])[0]
-    layer_slider = widgets.IntSlider(value=layer, min=0, max=pattern.shape[0] - 1, description="layer")
-    head_slider = widgets.IntSlider(value=head, min=0, max=pattern.shape[1] - 1, description="head")
-    image = widgets.Image(format="png")  # its PNG lives in the widget state: the book and nbval see no side output
-
-    def redraw(_change=None) -> None:
-        figure = plot_head(pattern[layer_slider.value, head_slider.value], text,
-                           title=f"layer {layer_slider.value}, head {head_slider.value}")
-        image.value = figure_png(figure)
-
-    for control in (layer_slider, head_slider):
-        control.observe(redraw, names="value")
-    redraw()
-    return widgets.VBox([layer_slider, head_slider, image])
+    n_layers, n_heads = pattern.shape[:2]
+    if n_layers * n_heads > MAX_STATES:
+        raise ValueError(f"model must have at most {MAX_STATES} heads in all to draw each, has {n_layers * n_heads}")
+    for name, value, count in (("layer", layer, n_layers), ("head", head, n_heads)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < count:
+            raise ValueError(f"{name} must be an int in [0, {count - 1}], got {value!r}")
+    layer_slider = widgets.SelectionSlider(options=range(n_layers), value=layer, description="layer")
+    head_slider = widgets.SelectionSlider(options=range(n_heads), value=head, description="head")
+    return live_states(
+        [layer_slider, head_slider],
+        lambda layer_, head_: png_view(plot_head(pattern[layer_, head_], text, title=f"layer {layer_}, head {head_}")),
+    )

@@ -2,7 +2,8 @@
 
 :func:`merge_trace` is the pure function (the segmentation of a word after each merge that applies to it, in the order
 :meth:`~tutorial_lib.tokenizers.BPETokenizer.encode` applies them); :func:`plot_merge_trace` draws every step as a row
-of boxes, the static rendering the book shows; :func:`bpe_step_widget` lets a reader move through the steps.
+of boxes, the static rendering the book shows; :func:`bpe_step_widget` lets a reader move through the steps, in the
+rendered book too (every step is drawn when the notebook runs).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyBboxPatch
 
 from tutorial_lib.tokenizers import merge_pair
-from tutorial_lib.widgets._plotting import figure_png, new_figure
+from tutorial_lib.widgets._live import MAX_STATES, live_states, png_view
+from tutorial_lib.widgets._plotting import new_figure
 
 
 @dataclass(frozen=True)
@@ -79,29 +81,39 @@ def plot_merge_trace(trace: Sequence[TraceStep], *, current: int | None = None, 
     ax.set_xlim(-0.5, longest + 0.5)
     ax.set_ylim(-0.1, len(trace))
     ax.axis("off")
+    # The title is also the figure's text alternative (figure_alt): what the rows do, in words.
+    word = "".join(show_token(t) for t in trace[0].tokens)
+    ax.set_title(f"{word}: {len(trace) - 1} merge(s) turn {len(trace[0].tokens)} bytes into "
+                 f"{len(trace[-1].tokens)} token(s), " + " ".join(show_token(t) for t in trace[-1].tokens),
+                 fontsize="medium", loc="left")
     return fig
 
 
+def merge_step_view(trace: Sequence[TraceStep], step: int) -> Figure:
+    """The widget's picture for one step: the word's rows up to ``step``, that row framed."""
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < len(trace):
+        raise ValueError(f"step must be an int in [0, {len(trace) - 1}], got {step!r}")
+    return plot_merge_trace(trace[: step + 1], current=step)
+
+
+def _step_label(step: TraceStep, index: int) -> str:
+    return f"{index} (bytes)" if step.rank is None else f"{index} (merge #{step.rank})"
+
+
 def bpe_step_widget(merges: Sequence[tuple[bytes, bytes]], word: str = " thousand") -> widgets.VBox:
-    """A word (any text without spaces inside, or one leading space) and a step slider; every merge up to it drawn."""
-    text = widgets.Text(value=word, description="word")
-    step = widgets.IntSlider(value=0, min=0, max=0, description="step")
-    image = widgets.Image(format="png")  # its PNG lives in the widget state: the book and nbval see no side output
+    """A step slider over the merges that encode ``word`` (one pre-tokenized word); every merge up to it drawn.
 
-    def redraw(_change=None) -> None:
-        trace = merge_trace(merges, text.value or " ")
-        step.max = len(trace) - 1
-        image.value = figure_png(plot_merge_trace(trace[: step.value + 1], current=step.value))
-
-    def new_word(_change=None) -> None:
-        step.value = 0
-        redraw()
-
-    text.observe(new_word, names="value")
-    step.observe(redraw, names="value")
-    redraw()
-    step.value = step.max  # start with every step shown
-    return widgets.VBox([text, step, image])
+    Every step is drawn now and switched in the browser (:func:`~tutorial_lib.widgets._live.live_states`), so the
+    slider also works in the rendered book; it starts at the last step. Another word: call the function again.
+    """
+    trace = merge_trace(merges, word)
+    if len(trace) > MAX_STATES:
+        raise ValueError(f"word must take at most {MAX_STATES - 1} merges to draw every step, "
+                         f"{word!r} takes {len(trace) - 1}")
+    step = widgets.SelectionSlider(
+        options=[(_step_label(s, i), i) for i, s in enumerate(trace)], value=len(trace) - 1, description="step"
+    )
+    return live_states([step], lambda index: png_view(merge_step_view(trace, index)))
 
 
 def plot_tokens_per_character(vocab_sizes: Sequence[int], tokens_per_character: Sequence[float], *,

@@ -1,7 +1,8 @@
 """The masks of §3.2.3 and what they do to the attention weights (chapter 03).
 
 Pure functions build a mask by name and the attention weights it produces; :func:`mask_explorer_widget` is a thin
-ipywidgets wrapper over them and :func:`plot_masks` draws every kind side by side for the static book.
+ipywidgets wrapper over them (every mask drawn when the notebook runs, so it works in the rendered book too) and
+:func:`plot_masks` draws every kind side by side for the static book.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from tutorial_lib.attention import (
     scaled_dot_product_attention,
     sliding_window_mask,
 )
-from tutorial_lib.widgets._plotting import figure_png, new_figure
+from tutorial_lib.widgets._live import live_states, png_view
+from tutorial_lib.widgets._plotting import new_figure
 
 MASK_KINDS = ("causal", "padding", "causal + padding", "sliding window", "bidirectional")
 
@@ -96,32 +98,50 @@ def plot_masks(
     return fig
 
 
+def mask_view(kind: str, *, seq_len: int = 8, window: int = 3, length: int | None = None, seed: int = 0) -> Figure:
+    """The widget's picture for one mask: the mask above, the attention weights it yields below, with a colour bar."""
+    mask = build_mask(kind, seq_len, window=window, length=length)
+    fig, axes = new_figure(2, 1, figsize=(3.2, 5.6), squeeze=False)
+    heatmap = _draw(axes[:, 0], kind, mask, masked_attention_weights(mask, seed=seed))
+    axes[0, 0].set_ylabel("mask: query_pos")
+    axes[1, 0].set_ylabel("weights: query_pos")
+    axes[1, 0].set_title("attention weights", fontsize="medium")
+    fig.colorbar(heatmap, ax=axes[1, 0], shrink=0.8)
+    return fig
+
+
+def mask_states(*, window: int = 3, length: int = 5) -> list[tuple[str, dict[str, int]]]:
+    """The widget's masks, as (option label, keyword arguments of :func:`mask_view`): every kind, and causal +
+    padding once more with no real token at all (every query fully masked: the zero-weight rows of §3.2.3's edge)."""
+    states = []
+    for kind in MASK_KINDS:
+        if kind == "sliding window":
+            states.append((f"{kind} ({window})", {"kind": kind, "window": window}))
+        elif "padding" in kind:
+            states.append((f"{kind} (length {length})", {"kind": kind, "length": length}))
+            if kind == "causal + padding" and length != 0:
+                states.append((f"{kind} (length 0)", {"kind": kind, "length": 0}))
+        else:
+            states.append((kind, {"kind": kind}))
+    return states
+
+
 def mask_explorer_widget(
     kind: str = "causal + padding", *, seq_len: int = 8, window: int = 3, length: int = 5, seed: int = 0
 ) -> widgets.VBox:
-    """A mask kind, its size, window and padding as controls; the mask and its attention weights as heatmaps."""
+    """The mask kinds as buttons (padded to ``length`` real tokens, a ``window``-key sliding window, and causal +
+    padding with no real token); the chosen mask and its attention weights as heatmaps.
+
+    Every mask is drawn now and switched in the browser (:func:`~tutorial_lib.widgets._live.live_states`), so the
+    buttons also work in the rendered book, with no kernel. Another size, window or length: call the function again.
+    """
     build_mask(kind, seq_len, window=window, length=length)  # validate before building any control
-    kind_menu = widgets.Dropdown(options=MASK_KINDS, value=kind, description="mask")
-    seq_len_slider = widgets.IntSlider(value=seq_len, min=2, max=16, description="seq_len")
-    window_slider = widgets.IntSlider(value=window, min=1, max=16, description="window")
-    length_slider = widgets.IntSlider(value=length, min=0, max=seq_len, description="length")
-    # An image, not an Output widget: its PNG lives in the widget state, so the book and nbval see no side output.
-    image = widgets.Image(format="png")
-
-    def redraw(_change=None) -> None:
-        # A padded sequence cannot be longer than seq_len; the unused sliders are greyed out.
-        length_slider.max = seq_len_slider.value
-        window_slider.disabled = kind_menu.value != "sliding window"
-        length_slider.disabled = "padding" not in kind_menu.value
-        mask = build_mask(kind_menu.value, seq_len_slider.value, window=window_slider.value, length=length_slider.value)
-        fig, axes = new_figure(2, 1, figsize=(3.2, 5.6), squeeze=False)
-        heatmap = _draw(axes[:, 0], kind_menu.value, mask, masked_attention_weights(mask, seed=seed))
-        axes[0, 0].set_ylabel("mask: query_pos")
-        axes[1, 0].set_ylabel("weights: query_pos")
-        fig.colorbar(heatmap, ax=axes[1, 0], shrink=0.8)
-        image.value = figure_png(fig)
-
-    for control in (kind_menu, seq_len_slider, window_slider, length_slider):
-        control.observe(redraw, names="value")
-    redraw()
-    return widgets.VBox([kind_menu, seq_len_slider, window_slider, length_slider, image])
+    if not 0 <= length <= seq_len:
+        raise ValueError(f"length must lie in [0, seq_len={seq_len}], got {length!r}")
+    states = mask_states(window=window, length=length)
+    first = next(i for i, (_, state) in enumerate(states) if state["kind"] == kind)
+    buttons = widgets.ToggleButtons(options=[(label, i) for i, (label, _) in enumerate(states)], value=first,
+                                    description="mask")
+    return live_states(
+        [buttons], lambda i: png_view(mask_view(**states[i][1], seq_len=seq_len, seed=seed)),
+    )

@@ -5,7 +5,8 @@ pre-norm, sandwich, pre-norm without the residual connections, pre-norm without 
 batch of random tokens forward and backward, and returns per block: the mean norm of the residual stream leaving it,
 the norm of the gradient of the loss with respect to its parameters, and how alike the positions of a sequence have
 become (mean cosine similarity between them). :func:`plot_norms_at_init` draws the first two against depth;
-:func:`norms_at_init_widget` is a thin ipywidgets wrapper over them.
+:func:`norms_at_init_widget` is a thin ipywidgets wrapper over them (every state drawn when the notebook runs, so it
+works in the rendered book too).
 
 The arrangements are the ablation runner's changes (:mod:`tutorial_lib.recipes.ablation`) applied to a deeper model, so the
 model measured here is the one chapters 06 and 11 train, at another depth.
@@ -25,7 +26,8 @@ from torch import Tensor, nn
 
 from tutorial_lib.recipes.ablation import ABLATION_GPT_CONFIG, CHANGES, Change, build_ablated_model
 from tutorial_lib.training import language_model_loss
-from tutorial_lib.widgets._plotting import figure_png, new_figure
+from tutorial_lib.widgets._live import live_states, png_view
+from tutorial_lib.widgets._plotting import new_figure
 
 # Each arrangement is a change of the ablation runner's reference model (pre-norm GPT).
 ARRANGEMENTS: dict[str, Change] = {
@@ -38,7 +40,7 @@ ARRANGEMENTS: dict[str, Change] = {
 INITS = ("xavier", "gpt2")
 _COLORS = dict(zip(ARRANGEMENTS, ("tab:red", "tab:blue", "tab:purple", "tab:grey", "tab:olive")))
 _STYLES = dict(zip(ARRANGEMENTS, ("-", "-", "--", ":", "-.")))
-MAX_WIDGET_LAYERS = 48
+DEPTH_CHOICES = (6, 12, 24, 48)  # the widget's stops: with the two initialisations, 8 states drawn for the book
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,9 @@ def plot_norms_at_init(profiles: Mapping[str, DepthStats], *, title: str = "") -
     return fig
 
 
+_INIT_LABELS = {"xavier": "Xavier", "gpt2": "GPT-2 (0.02)"}
+
+
 def norms_at_init_widget(
     n_layers: int = 24,
     arrangements: Sequence[str] = ("post-norm", "pre-norm", "no residuals"),
@@ -163,23 +168,24 @@ def norms_at_init_widget(
     init: str = "xavier",
     seed: int = 0,
 ) -> widgets.VBox:
-    """Depth, arrangements and initialisation as controls over :func:`plot_norms_at_init`."""
-    if isinstance(n_layers, bool) or not isinstance(n_layers, int) or not 1 <= n_layers <= MAX_WIDGET_LAYERS:
-        raise ValueError(f"n_layers must be an int in [1, {MAX_WIDGET_LAYERS}], got {n_layers!r}")
-    depth_slider = widgets.IntSlider(value=n_layers, min=2, max=MAX_WIDGET_LAYERS, description="n_layers")
-    chooser = widgets.SelectMultiple(options=list(ARRANGEMENTS), value=tuple(arrangements), description="blocks",
-                                     rows=len(ARRANGEMENTS))
-    init_toggle = widgets.ToggleButtons(options=[("Xavier", "xavier"), ("GPT-2 (0.02)", "gpt2")], value=init,
+    """Depth and initialisation as controls over :func:`plot_norms_at_init` of ``arrangements``.
+
+    Every state is drawn now and switched in the browser (:func:`~tutorial_lib.widgets._live.live_states`), so the
+    controls also work in the rendered book, with no kernel. Other arrangements: call the function again.
+    """
+    if n_layers not in DEPTH_CHOICES:
+        raise ValueError(f"n_layers must be one of {DEPTH_CHOICES}, got {n_layers!r}")
+    if init not in INITS:
+        raise ValueError(f"init must be one of {list(INITS)}, got {init!r}")
+    unknown = [a for a in arrangements if a not in ARRANGEMENTS]
+    if unknown or not arrangements:
+        raise ValueError(f"arrangements must be a non-empty selection of {list(ARRANGEMENTS)}, got {list(arrangements)}")
+    depth_slider = widgets.SelectionSlider(options=DEPTH_CHOICES, value=n_layers, description="n_layers")
+    init_toggle = widgets.ToggleButtons(options=[(label, name) for name, label in _INIT_LABELS.items()], value=init,
                                         description="init")
-    # An image, not an Output widget: its PNG lives in the widget state, so the book and nbval see no side output.
-    image = widgets.Image(format="png")
 
-    def redraw(_change: object = None) -> None:
-        chosen = chooser.value or ("pre-norm",)
-        profiles = depth_profiles(chosen, n_layers=depth_slider.value, init=init_toggle.value, seed=seed)
-        image.value = figure_png(plot_norms_at_init(profiles, title=f"{depth_slider.value} blocks at initialisation"))
+    def view(n_layers_: int, init_: str) -> widgets.Widget:
+        profiles = depth_profiles(arrangements, n_layers=n_layers_, init=init_, seed=seed)
+        return png_view(plot_norms_at_init(profiles, title=f"{n_layers_} blocks at initialisation ({_INIT_LABELS[init_]})"))
 
-    for control in (depth_slider, chooser, init_toggle):
-        control.observe(redraw, names="value")
-    redraw()
-    return widgets.VBox([depth_slider, chooser, init_toggle, image])
+    return live_states([depth_slider, init_toggle], view)

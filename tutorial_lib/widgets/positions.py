@@ -2,7 +2,8 @@
 
 :func:`position_similarity` is the pure function (cosine similarity between the encodings of every pair of
 positions); :func:`plot_pe_heatmap` and :func:`plot_position_similarity` draw what the book shows;
-:func:`positions_widget` lets a reader choose the position, d_model and base.
+:func:`positions_widget` lets a reader choose the base, in the rendered book too (every choice is drawn
+when the notebook runs).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from tutorial_lib.embeddings import sinusoidal_positional_encoding
-from tutorial_lib.widgets._plotting import figure_png, new_figure
+from tutorial_lib.widgets._live import live_states, png_view
+from tutorial_lib.widgets._plotting import new_figure
 
 
 def position_similarity(n_ctx: int, d_model: int, *, base: float = 10000.0) -> Float[Tensor, "n_ctx n_ctx"]:
@@ -67,21 +69,33 @@ def plot_position_similarity(positions: Sequence[int] = (20, 60), *, n_ctx: int 
     return fig
 
 
+BASE_CHOICES = (10.0, 100.0, 1000.0, 10000.0, 100000.0)  # the widget's stops: 5 states drawn for the book
+
+
+def positions_view(position: int, d_model: int, base: float, *, n_ctx: int = 100) -> Figure:
+    """The widget's picture for one state: the encoding's heatmap with ``position`` marked, and that position's
+    similarity to every other."""
+    if not 0 <= position < n_ctx:
+        raise ValueError(f"position must lie in [0, n_ctx={n_ctx}), got {position!r}")
+    fig, axes = new_figure(2, 1, figsize=(5.2, 6.8))
+    _heatmap(axes[0], n_ctx, d_model, base)
+    axes[0].axhline(position, color="black", linewidth=1)
+    _similarity(axes[1], [position], n_ctx, d_model, [base])
+    axes[1].set_title(f"cosine similarity of position {position} with every position", fontsize="medium")
+    return fig
+
+
 def positions_widget(position: int = 20, *, d_model: int = 64, base: float = 10000.0, n_ctx: int = 100) -> widgets.VBox:
-    """Position, d_model and base as controls; the encoding's heatmap above, the chosen position's similarity below."""
-    position_slider = widgets.IntSlider(value=position, min=0, max=n_ctx - 1, description="position")
-    d_model_slider = widgets.SelectionSlider(options=[8, 16, 32, 64, 128, 256, 512], value=d_model, description="d_model")
-    base_slider = widgets.SelectionSlider(options=[10.0, 100.0, 1000.0, 10000.0, 100000.0], value=base, description="base")
-    image = widgets.Image(format="png")  # its PNG lives in the widget state: the book and nbval see no side output
+    """The base as a control; the encoding's heatmap above, ``position``'s similarity to every position below.
 
-    def redraw(_change=None) -> None:
-        fig, axes = new_figure(2, 1, figsize=(5.2, 6.8))
-        _heatmap(axes[0], n_ctx, d_model_slider.value, base_slider.value)
-        axes[0].axhline(position_slider.value, color="black", linewidth=1)
-        _similarity(axes[1], [position_slider.value], n_ctx, d_model_slider.value, [base_slider.value])
-        image.value = figure_png(fig)
-
-    for control in (position_slider, d_model_slider, base_slider):
-        control.observe(redraw, names="value")
-    redraw()
-    return widgets.VBox([position_slider, d_model_slider, base_slider, image])
+    Every base is drawn now and switched in the browser (:func:`~tutorial_lib.widgets._live.live_states`), so the
+    slider also works in the rendered book, with no kernel. Another position or d_model: call the function again.
+    """
+    if base not in BASE_CHOICES:
+        raise ValueError(f"base must be one of {BASE_CHOICES}, got {base!r}")
+    if isinstance(d_model, bool) or not isinstance(d_model, int) or d_model < 2 or d_model % 2:
+        raise ValueError(f"d_model must be an even int >= 2, got {d_model!r}")
+    if not 0 <= position < n_ctx:
+        raise ValueError(f"position must lie in [0, n_ctx={n_ctx}), got {position!r}")
+    base_slider = widgets.SelectionSlider(options=[(f"{b:g}", b) for b in BASE_CHOICES], value=base, description="base")
+    return live_states([base_slider], lambda base_: png_view(positions_view(position, d_model, base_, n_ctx=n_ctx)))

@@ -5,7 +5,7 @@ its output to the stream, so at initialisation the stream's variance grows by ab
 linearly with depth, unless each branch's last matrix is scaled down by ``1/√(2·n_layers)``.
 
 Pure functions measure the stream's standard deviation after every block of a freshly initialised GPT and plot it;
-:func:`residual_growth_widget` is a thin ipywidgets wrapper over them.
+:func:`residual_growth_widget` draws :func:`residual_growth_view` for a few depths and widths, switched in the browser.
 """
 
 from __future__ import annotations
@@ -21,12 +21,14 @@ from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
 from torch import Tensor
 
 from tutorial_lib.models.gpt import GPT, GPTConfig, gpt2_init_
-from tutorial_lib.widgets._plotting import figure_png, new_figure
+from tutorial_lib.widgets._live import live_states, png_view
+from tutorial_lib.widgets._plotting import new_figure
 
 LABELS = {True: "scaled: 0.02/√(2·n_layers)", False: "unscaled: 0.02"}
 COLORS = {True: "tab:blue", False: "tab:red"}
-MAX_WIDGET_LAYERS = 48
-WIDGET_WIDTHS = (64, 128, 256)
+# The controls' stops: 12 states drawn for the book, each a GPT built twice (about 4 s in all on the CI machine).
+WIDGET_DEPTHS = (1, 3, 6, 12, 24, 48)
+WIDGET_WIDTHS = (64, 128)
 
 
 @torch.no_grad()
@@ -134,28 +136,29 @@ def plot_residual_growth(growth: Mapping[tuple[int, bool], Tensor]) -> Figure:
     return fig
 
 
+def residual_growth_view(n_layers: int, d_model: int, *, seed: int = 0) -> Figure:
+    """The widget's picture for one state: the stream's std after every block, with and without the scaling."""
+    curves = {scaled: residual_growth(n_layers, scale_residual=scaled, d_model=d_model, seed=seed)
+              for scaled in (True, False)}
+    fig, ax = new_figure(1, 1, figsize=(5.5, 3.6))
+    _draw_curves(ax, curves)
+    ax.set_title(f"n_layers = {n_layers}, d_model = {d_model}")
+    return fig
+
+
 def residual_growth_widget(n_layers: int = 48, *, d_model: int = 128, seed: int = 0) -> widgets.VBox:
-    """Depth and width as controls; the stream's std after every block, with and without the scaling."""
-    if isinstance(n_layers, bool) or not isinstance(n_layers, int) or not 1 <= n_layers <= MAX_WIDGET_LAYERS:
-        raise ValueError(f"n_layers must be an int in [1, {MAX_WIDGET_LAYERS}], got {n_layers!r}")
-    if d_model not in WIDGET_WIDTHS:
+    """Depth and width as controls over :func:`residual_growth_view`.
+
+    Every state is drawn now and switched in the browser (:func:`~tutorial_lib.widgets._live.live_states`), so the
+    controls also work in the rendered book, with no kernel.
+    """
+    if n_layers not in WIDGET_DEPTHS or isinstance(n_layers, bool):
+        raise ValueError(f"n_layers must be one of {WIDGET_DEPTHS}, got {n_layers!r}")
+    if d_model not in WIDGET_WIDTHS or isinstance(d_model, bool):
         raise ValueError(f"d_model must be one of {WIDGET_WIDTHS}, got {d_model!r}")
-    depth_slider = widgets.IntSlider(value=n_layers, min=1, max=MAX_WIDGET_LAYERS, description="n_layers")
-    width_menu = widgets.Dropdown(options=WIDGET_WIDTHS, value=d_model, description="d_model")
-    # An image, not an Output widget: its PNG lives in the widget state, so the book and nbval see no side output.
-    image = widgets.Image(format="png")
-
-    def redraw(_change: object = None) -> None:
-        curves = {
-            scaled: residual_growth(depth_slider.value, scale_residual=scaled, d_model=width_menu.value, seed=seed)
-            for scaled in (True, False)
-        }
-        fig, ax = new_figure(1, 1, figsize=(5.5, 3.6))
-        _draw_curves(ax, curves)
-        ax.set_title(f"n_layers = {depth_slider.value}, d_model = {width_menu.value}")
-        image.value = figure_png(fig)
-
-    for control in (depth_slider, width_menu):
-        control.observe(redraw, names="value")
-    redraw()
-    return widgets.VBox([depth_slider, width_menu, image])
+    width_buttons = widgets.ToggleButtons(options=WIDGET_WIDTHS, value=d_model, description="d_model")
+    depth_slider = widgets.SelectionSlider(options=WIDGET_DEPTHS, value=n_layers, description="n_layers")
+    return live_states(
+        [width_buttons, depth_slider],
+        lambda width, depth: png_view(residual_growth_view(depth, width, seed=seed)),
+    )

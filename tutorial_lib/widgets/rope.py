@@ -5,7 +5,8 @@
   alone (0 for RoPE); :func:`plot_score_grids` draws the grids side by side.
 * :func:`rope_similarity` is how much a vector still matches itself rotated by an offset ``r`` (the mean of
   ``cos(r·θ_i)`` over the pairs): the reach of RoPE's frequencies. :func:`plot_rope_frequencies` draws it with the
-  pairs' wavelengths; :func:`rope_widget` is a thin ipywidgets wrapper with the base and ``d_head`` as controls.
+  pairs' wavelengths; :func:`rope_widget` draws :func:`rope_similarity_view` for a few bases and head sizes, switched
+  in the browser.
 * :func:`plot_runs` (validation curves of several seeds, mean and spread), :func:`plot_loss_by_position` (loss at each
   position, beyond the training length too) and :func:`plot_equal_time` (validation loss against seconds of training)
   draw the chapter's experiments from their results.
@@ -23,9 +24,13 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from tutorial_lib.rope import rope_frequencies
-from tutorial_lib.widgets._plotting import figure_png, new_figure
+from tutorial_lib.widgets._live import live_states, png_view
+from tutorial_lib.widgets._plotting import new_figure
 
-_D_HEADS = (16, 32, 64, 128)
+# The widget's stops: 18 states drawn for the book.
+_D_HEADS = (32, 64, 128)
+_BASES = (100.0, 1000.0, 10000.0, 100000.0, 500000.0, 1000000.0)
+LLAMA_BASE = 10000.0
 
 
 def score_grid(
@@ -121,22 +126,46 @@ def plot_rope_frequencies(d_head: int = 64, bases: Sequence[float] = (10000.0, 5
     return fig
 
 
-def rope_widget(d_head: int = 64, base: float = 10000.0, max_offset: int = 4096) -> widgets.VBox:
-    """The base (log scale) and ``d_head`` as controls, compared with LLaMA's base 10,000."""
+def rope_similarity_view(d_head: int, base: float, max_offset: int = 4096) -> Figure:
+    """The widget's picture for one state: :func:`rope_similarity` against the offset for ``base``, over LLaMA's
+    base 10,000 in grey, with the longest wavelength of each in the legend."""
+    if isinstance(max_offset, bool) or not isinstance(max_offset, int) or max_offset < 2:
+        raise ValueError(f"max_offset must be an int >= 2, got {max_offset!r}")
+    fig, ax = new_figure(1, 1, figsize=(5.6, 3.4))
+    offsets = torch.unique(torch.logspace(0, math.log10(max_offset), 200).round().long())
+    for value, style in ((LLAMA_BASE, {"color": "0.6", "linewidth": 2.5}), (base, {"color": "C0"})):
+        if value == LLAMA_BASE and base == LLAMA_BASE and style["color"] == "0.6":
+            continue  # LLaMA's own base: drawn once, in colour
+        longest = 2 * math.pi / rope_frequencies(d_head, value)[-1].item()
+        ax.plot(offsets, rope_similarity(offsets, d_head, value), label=f"base {value:,.0f} (longest wavelength "
+                f"{longest:,.0f})", **style)
+    ax.set_xscale("log")
+    ax.axhline(0, color="grey", linewidth=0.6)
+    ax.set_ylim(-0.45, 1.05)
+    ax.set(xlabel="offset r between query and key (positions)", ylabel="mean of cos(r·θ_i)",
+           title=f"d_head = {d_head}, base {base:,.0f}: how much a vector matches itself r positions away")
+    ax.title.set_fontsize(9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower left")
+    return fig
+
+
+def rope_widget(d_head: int = 64, base: float = LLAMA_BASE, max_offset: int = 4096) -> widgets.VBox:
+    """The base (log-spaced stops) and ``d_head`` as controls over :func:`rope_similarity_view`, compared with
+    LLaMA's base 10,000.
+
+    Every state is drawn now and switched in the browser (:func:`~tutorial_lib.widgets._live.live_states`), so the
+    controls also work in the rendered book, with no kernel.
+    """
     if d_head not in _D_HEADS:
         raise ValueError(f"d_head must be one of {_D_HEADS}, got {d_head!r}")
-    base_slider = widgets.FloatLogSlider(value=base, base=10, min=2, max=7, step=0.25, description="base")
-    d_head_picker = widgets.Dropdown(options=_D_HEADS, value=d_head, description="d_head")
-    image = widgets.Image(format="png")  # its PNG lives in the widget state: no side output for nbval or the book
-
-    def redraw(_change: object = None) -> None:
-        bases = (10000.0,) if base_slider.value == 10000.0 else (10000.0, base_slider.value)
-        image.value = figure_png(plot_rope_frequencies(d_head_picker.value, bases, max_offset))
-
-    for control in (base_slider, d_head_picker):
-        control.observe(redraw, names="value")
-    redraw()
-    return widgets.VBox([base_slider, d_head_picker, image])
+    if base not in _BASES:
+        raise ValueError(f"base must be one of {_BASES}, got {base!r}")
+    d_head_buttons = widgets.ToggleButtons(options=_D_HEADS, value=d_head, description="d_head")
+    base_slider = widgets.SelectionSlider(options=[(f"{b:,.0f}", b) for b in _BASES], value=base, description="base")
+    return live_states(
+        [d_head_buttons, base_slider], lambda d_head_, base_: png_view(rope_similarity_view(d_head_, base_, max_offset))
+    )
 
 
 def plot_runs(

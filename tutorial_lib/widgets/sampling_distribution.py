@@ -1,8 +1,8 @@
 """What temperature, top-k and top-p do to a next-token distribution (chapter 10).
 
 Pure functions turn a model's next-token logits into the distribution :func:`~tutorial_lib.sampling.sample_next_token`
-draws from, and draw it; :func:`sampling_distribution_widget` is a thin ipywidgets wrapper over them, and
-:func:`plot_sampling_grid` is its static rendering for the book (small multiples over temperature and filters).
+draws from, and draw it; :func:`sampling_distribution_widget` draws :func:`plot_sampling_distribution` for a few
+temperatures and filters, switched in the browser, and :func:`plot_sampling_grid` is the static small multiples.
 """
 
 from __future__ import annotations
@@ -16,12 +16,15 @@ from matplotlib.figure import Figure
 from torch import Tensor, nn
 
 from tutorial_lib.sampling import apply_temperature, top_k_filter, top_p_filter
-from tutorial_lib.widgets._plotting import figure_png, new_figure
+from tutorial_lib.widgets._live import live_states, png_view
+from tutorial_lib.widgets._plotting import new_figure
 
 # How a character is written under its bar: whitespace would be invisible.
 _VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥"}
 # The grid of the static figure: (label, top_k, top_p).
 DEFAULT_FILTERS = (("no filter", None, None), ("top-k = 5", 5, None), ("top-p = 0.9", None, 0.9))
+# The widget's temperature stops (0 = greedy): with the three filters, 15 states drawn for the book.
+WIDGET_TEMPERATURES = (0.0, 0.5, 1.0, 2.0, 3.0)
 
 
 @torch.no_grad()
@@ -228,39 +231,45 @@ def sampling_distribution_widget(
     labels: Sequence[str],
     *,
     temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
+    filter_name: str = "no filter",
+    filters: Sequence[tuple[str, int | None, float | None]] = DEFAULT_FILTERS,
     n_shown: int = 20,
 ) -> widgets.VBox:
-    """Sliders for the temperature (0 = greedy), top-k (0 = off) and top-p (1 = off) over one fixed next-token
-    distribution, redrawn by :func:`plot_sampling_distribution`."""
+    """A temperature slider (0 = greedy) and the filters ``(label, top_k, top_p)`` as buttons, over one fixed
+    next-token distribution drawn by :func:`plot_sampling_distribution`.
+
+    Every state is drawn now and switched in the browser (:func:`~tutorial_lib.widgets._live.live_states`), so the
+    controls also work in the rendered book, with no kernel.
+    """
     _check_labels(logits, labels, n_shown)
     d_vocab = logits.numel()
-    if not 0 <= temperature <= 3:
-        raise ValueError(f"temperature must lie in [0, 3], got {temperature!r}")
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 0 <= top_k <= d_vocab:
-        raise ValueError(f"top_k must be an int in [0, {d_vocab}] (0 = off), got {top_k!r}")
-    if not 0.05 <= top_p <= 1:
-        raise ValueError(f"top_p must lie in [0.05, 1] (1 = off), got {top_p!r}")
-    temperature_slider = widgets.FloatSlider(value=temperature, min=0.0, max=3.0, step=0.05, description="temperature")
-    top_k_slider = widgets.IntSlider(value=top_k, min=0, max=d_vocab, description="top-k (0 off)")
-    top_p_slider = widgets.FloatSlider(value=top_p, min=0.05, max=1.0, step=0.05, description="top-p (1 off)")
-    for slider in (temperature_slider, top_k_slider, top_p_slider):
-        slider.style.description_width = "initial"
-    # An image, not an Output widget: its PNG lives in the widget state, so the book and nbval see no side output.
-    image = widgets.Image(format="png")
+    if temperature not in WIDGET_TEMPERATURES:
+        raise ValueError(f"temperature must be one of {WIDGET_TEMPERATURES}, got {temperature!r}")
+    filters = tuple(filters)
+    if not filters or len({label for label, _, _ in filters}) != len(filters):
+        raise ValueError(f"filters must be a non-empty sequence of (label, top_k, top_p) with distinct labels, got {filters!r}")
+    for label, top_k, top_p in filters:
+        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k < d_vocab):
+            raise ValueError(f"filters: {label!r} has top_k {top_k!r}; it must be an int in [1, {d_vocab - 1}] or None")
+        if top_p is not None and not 0 < top_p < 1:
+            raise ValueError(f"filters: {label!r} has top_p {top_p!r}; it must lie in (0, 1) or be None")
+    by_label = {label: (top_k, top_p) for label, top_k, top_p in filters}
+    if filter_name not in by_label:
+        raise ValueError(f"filter_name must be one of the filters' labels {list(by_label)}, got {filter_name!r}")
 
-    def redraw(_change=None) -> None:
-        fig = plot_sampling_distribution(
-            logits, labels, temperature=temperature_slider.value, top_k=top_k_slider.value or None,
-            top_p=top_p_slider.value if top_p_slider.value < 1 else None, n_shown=n_shown,
-        )
-        image.value = figure_png(fig)
+    def view(label: str, temperature_: float) -> widgets.HTML:
+        top_k, top_p = by_label[label]
+        # Greedy ignores the filters: the title says which one is selected, so that every state names itself.
+        title = f"greedy (T = 0), {label}: the filters change nothing" if temperature_ == 0 else None
+        return png_view(plot_sampling_distribution(logits, labels, temperature=temperature_, top_k=top_k, top_p=top_p,
+                                                   n_shown=n_shown, title=title))
 
-    for slider in (temperature_slider, top_k_slider, top_p_slider):
-        slider.observe(redraw, names="value")
-    redraw()
-    return widgets.VBox([temperature_slider, top_k_slider, top_p_slider, image])
+    filter_buttons = widgets.ToggleButtons(options=list(by_label), value=filter_name, description="filter")
+    temperature_slider = widgets.SelectionSlider(
+        options=[(f"{t:g}", t) for t in WIDGET_TEMPERATURES], value=temperature, description="temperature"
+    )
+    temperature_slider.style.description_width = "initial"
+    return live_states([filter_buttons, temperature_slider], view)
 
 
 __all__ = [
