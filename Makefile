@@ -90,9 +90,10 @@ test-notebooks: venv
 test-book: venv book-assets
 	$(TIMED) $(VENV)/bin/jupyter-book build . --all -W -n --keep-going
 
-# The built book in Chromium (Debian's `chromium`; .ci/run installs it): every page at 1280 and 390 px, offline.
-test-browser: venv
-	$(TIMED) $(PY) -m pytest -m browser tests/test_book_browser.py
+# The built book in Chromium (Debian's `chromium`; .ci/run installs it): every page at 1280 and 390 px, offline; and
+# `make lab`'s JupyterLab (installed here on first use) running an exercises notebook, its solutions and chapter 03's widget.
+test-browser: venv $(LAB_STAMP)
+	$(TIMED) $(PY) -m pytest -m browser tests/test_book_browser.py tests/test_jupyterlab.py
 
 ## screenshots: the README's pictures of chapter 03 at desktop and phone width, taken by the browser suite
 screenshots: book

@@ -237,13 +237,14 @@ def test_a_mask_that_does_not_broadcast_to_the_scores_is_named():
         inspect.unwrap(scaled_dot_product_attention)(q, k, v, torch.ones(3, 3, dtype=torch.bool))
 
 
-def test_masks_take_numpy_integers_and_padding_mask_names_a_list():
+def test_masks_take_numpy_integers_and_padding_mask_takes_a_list():
     np = pytest.importorskip("numpy")
     # Unwrapped: the test run's jaxtyping hook would refuse np.int64 for an `int` annotation before the function does.
     assert torch.equal(inspect.unwrap(causal_mask)(np.int64(4)), causal_mask(4))
     assert torch.equal(inspect.unwrap(padding_mask)(torch.tensor([2, 3]), np.int64(5)), padding_mask(torch.tensor([2, 3]), 5))
-    with pytest.raises(ValueError, match="lengths must be a 1-D integer tensor .* got list"):
-        inspect.unwrap(padding_mask)([2, 3], 5)
+    assert torch.equal(inspect.unwrap(padding_mask)([2, 3], 5), padding_mask(torch.tensor([2, 3]), 5))
+    with pytest.raises(ValueError, match="lengths must be a 1-D integer tensor or list .* got 'x'"):
+        inspect.unwrap(padding_mask)("x", 5)
     with pytest.raises(ValueError, match="seq_len must be a positive int, got True"):
         inspect.unwrap(causal_mask)(True)
 

@@ -249,7 +249,9 @@ def test_the_reference_passes(exercise, capsys):
     assert result.passed and result.kind == "passed"
     assert result.points == result.max_points > 0
     assert result.mistake is None
-    assert "correct" in result.verdict and "seeded cases" in result.verdict
+    assert "correct" in result.verdict
+    # A predict-then-measure exercise speaks of the prediction, not of seeded cases (tutorial_lib.checks.prediction).
+    assert ("seeded cases" in result.verdict) == (exercise.on_pass is None)
     assert capsys.readouterr().out == result.verdict + "\n"
 
 
@@ -285,8 +287,9 @@ def test_a_correct_answer_written_differently_passes():
 
 
 def test_chapter_03_declares_its_exercises_and_points():
-    assert [exercise.id for exercise in CHAPTER_03] == list(REFERENCES)
-    assert [exercise.points for exercise in CHAPTER_03] == [2, 1, 1, 1]
+    # The four pieces here; the build and predict exercises after them are tested in tests/test_checks_ch03.py.
+    assert [exercise.id for exercise in CHAPTER_03] == [*REFERENCES, "03.padded_causal_attention", "03.predict_variance"]
+    assert [exercise.points for exercise in CHAPTER_03] == [2, 1, 1, 1, 3, 1]
     assert chapter_exercises("99") == []
 
 
@@ -302,7 +305,8 @@ def test_a_learners_mistake_is_named(exercise_id, learner, mistake, assert_mista
 
 
 def test_every_catalogued_mistake_has_a_learner_version_here():
-    catalogued = {(exercise.id, mistake.name) for exercise in CHAPTER_03 for mistake in exercise.mistakes}
+    catalogued = {(exercise.id, mistake.name) for exercise in CHAPTER_03 if exercise.id in REFERENCES
+                  for mistake in exercise.mistakes}
     assert catalogued == {(exercise_id, mistake) for exercise_id, _, mistake in LEARNER_MISTAKES}
 
 

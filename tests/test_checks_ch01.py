@@ -298,3 +298,65 @@ def test_the_classic_example_shows_the_merges_a_wrong_count_makes():
 def test_a_tie_broken_by_insertion_order_is_caught_on_the_reordered_table():
     result = check("01.best_pair", best_by_max_get)
     assert "inserted first" in result.verdict and "another order and another pair wins" in result.verdict
+
+
+# --- the build exercise (01.train_merges) and the prediction (01.predict_length) ---------------------------------------
+
+
+def train_merges_with_counter(word_counts, n_merges):
+    words = collections.Counter({tuple(word): n for word, n in word_counts.items()})
+    merges = []
+    while len(merges) < n_merges:
+        pairs = collections.Counter()
+        for word, n in words.items():
+            for pair in zip(word, word[1:]):
+                pairs[pair] += n
+        if not pairs:
+            return merges
+        top = max(pairs.values())
+        pair = sorted(p for p, n in pairs.items() if n == top)[0]
+        merges.append(pair)
+        merged = collections.Counter()
+        for word, n in words.items():
+            out, i = [], 0
+            while i < len(word):
+                if word[i : i + 2] == pair:
+                    out.append(pair[0] + pair[1])
+                    i += 2
+                else:
+                    out.append(word[i])
+                    i += 1
+            merged[tuple(out)] += n
+        words = merged
+    return merges
+
+
+def train_merges_first_table_only(word_counts, n_merges):  # one count, then the top pairs of that count
+    pairs = collections.Counter()
+    for word, n in word_counts.items():
+        for i in range(len(word) - 1):
+            pairs[(word[i], word[i + 1])] += n
+    ranked = sorted(pairs.items(), key=lambda item: (-item[1], item[0]))
+    return [pair for pair, _ in ranked[:n_merges]]
+
+
+def train_merges_joined_tokens(word_counts, n_merges):
+    return ["".join(pair) for pair in train_merges_with_counter(word_counts, n_merges)]
+
+
+def test_the_build_exercise_passes_a_trainer_written_differently():
+    result = check("01.train_merges", train_merges_with_counter)
+    assert result.passed, result.verdict
+
+
+@pytest.mark.parametrize(("learner", "mistake"), [(train_merges_first_table_only, "counted_once"),
+                                                  (train_merges_joined_tokens, "new_tokens_returned")])
+def test_a_learners_trainer_mistake_is_named(learner, mistake, assert_mistake_named):
+    assert_mistake_named("01.train_merges", learner, mistake)
+
+
+def test_the_prediction_is_graded_against_the_merges_counts():
+    assert check("01.predict_length", lambda: 113 - (20 + 16 + 15)).passed
+    assert check("01.predict_length", lambda: 110).mistake == "one_per_merge"
+    missed = check("01.predict_length", lambda: 200)
+    assert not missed.passed and missed.mistake is None and "too large" in missed.verdict

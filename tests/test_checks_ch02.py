@@ -118,3 +118,42 @@ def test_a_correct_answer_written_differently_passes(exercise_id, answer):
 def test_a_window_that_runs_past_the_table_must_be_refused():
     result = check("02.position_rows", rows_unchecked)
     assert "it should raise ValueError" in result.verdict and "but returned a tensor of shape (2, 4)" in result.verdict
+
+
+# --- the build exercise (02.embed_inputs) and the prediction (02.predict_position_norm) ---------------------------------
+
+
+def inputs_right(tokens, weight, pe, offset):
+    seq = tokens.shape[1]
+    if offset + seq > len(pe):
+        raise ValueError(f"positions {offset}..{offset + seq - 1} run past the {len(pe)} rows of pe")
+    return torch.nn.functional.embedding(tokens, weight) * weight.shape[1] ** 0.5 + pe[offset : offset + seq]
+
+
+def inputs_scaled_sum(tokens, weight, pe, offset):
+    seq = tokens.shape[1]
+    if offset + seq > len(pe):
+        raise ValueError("too long")
+    return (weight[tokens] + pe[offset : offset + seq]) * weight.shape[1] ** 0.5
+
+
+def inputs_pe_of_tokens(tokens, weight, pe, offset):
+    if offset + tokens.shape[1] > len(pe):
+        raise ValueError("too long")
+    return weight[tokens] * weight.shape[1] ** 0.5 + pe[tokens]
+
+
+def test_the_build_exercise_passes_an_input_layer_written_differently():
+    result = check("02.embed_inputs", inputs_right)
+    assert result.passed, result.verdict
+
+
+@pytest.mark.parametrize(("learner", "mistake"), [(inputs_scaled_sum, "scaled_the_sum"),
+                                                  (inputs_pe_of_tokens, "positions_by_token_id")])
+def test_a_learners_input_layer_mistake_is_named(learner, mistake, assert_mistake_named):
+    assert_mistake_named("02.embed_inputs", learner, mistake)
+
+
+def test_the_prediction_is_the_square_root_of_half_d_model():
+    assert check("02.predict_position_norm", lambda: 32 ** 0.5).passed
+    assert check("02.predict_position_norm", lambda: 8).mistake == "every_entry_one"

@@ -141,3 +141,11 @@ def test_the_functional_reference_is_the_package_module_with_its_weights():
     weights = [module.q_proj.weight.T, module.k_proj.weight.T, module.v_proj.weight.T, module.out_proj.weight.T]
     expected = module(x, context, mask=mask)
     torch.testing.assert_close(reference_multi_head(x, context, *weights, 4, mask), expected, atol=1e-6, rtol=0)
+
+
+# --- the prediction (04.predict_parameters) ----------------------------------------------------------------------------
+
+
+def test_the_parameter_prediction_names_full_size_heads():
+    assert check("04.predict_parameters", lambda: 4 * 512 * 512).passed  # biases forgotten: still within 1.25
+    assert check("04.predict_parameters", lambda: 8 * 4 * 512 * 512).mistake == "every_head_full_size"

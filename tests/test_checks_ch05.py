@@ -129,3 +129,43 @@ def test_the_references_are_the_package_modules_with_their_weights():
     got = reference_swiglu(x, swiglu.gate.weight.T, swiglu.up.weight.T, swiglu.down.weight.T)
     torch.testing.assert_close(got, swiglu(x))
     assert reference_swiglu_hidden_size(4096, 256) == 11008 and reference_swiglu_hidden_size(5120, 256) == 13824
+
+
+# --- the build exercise (05.ffn) and the prediction (05.predict_ffn_share) ----------------------------------------------
+
+
+def ffn_three_kinds(x, w_in, b_in, w_out, b_out, kind):
+    hidden = torch.addmm(b_in, x.reshape(-1, x.shape[-1]), w_in).reshape(*x.shape[:-1], -1)
+    if kind == "relu":
+        hidden = hidden.clamp(min=0)
+    elif kind == "gelu_tanh":
+        hidden = torch.nn.functional.gelu(hidden, approximate="tanh")
+    elif kind == "swiglu":
+        half = hidden.shape[-1] // 2
+        gate, up = hidden[..., :half], hidden[..., half:]
+        hidden = gate * torch.sigmoid(gate) * up
+    else:
+        raise ValueError(f"unknown kind {kind}")
+    return hidden @ w_out + b_out
+
+
+def ffn_up_as_gate(x, w_in, b_in, w_out, b_out, kind):
+    if kind == "swiglu":
+        hidden = x @ w_in + b_in
+        half = hidden.shape[-1] // 2
+        return (torch.nn.functional.silu(hidden[..., half:]) * hidden[..., :half]) @ w_out + b_out
+    return ffn_three_kinds(x, w_in, b_in, w_out, b_out, kind)
+
+
+def test_the_build_exercise_passes_an_ffn_written_differently():
+    result = check("05.ffn", ffn_three_kinds)
+    assert result.passed, result.verdict
+
+
+def test_a_learners_swapped_gate_is_named(assert_mistake_named):
+    assert_mistake_named("05.ffn", ffn_up_as_gate, "gate_and_up_swapped")
+
+
+def test_the_share_prediction_names_equal_halves():
+    assert check("05.predict_ffn_share", lambda: 2 / 3).passed
+    assert check("05.predict_ffn_share", lambda: 0.5).mistake == "as_large_as_attention"

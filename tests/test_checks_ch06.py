@@ -68,6 +68,7 @@ LEARNER_MISTAKES = [
     ("06.pre_norm_residual", lambda x, norm, f: f(norm(x)), "no_residual"),
     ("06.pre_norm_residual", lambda x, norm, f: norm(f(x)) + x, "norm_after_sublayer"),
     ("06.pre_norm_residual", lambda x, norm, f: f(x) + x, "no_norm"),
+    ("06.pre_norm_residual", lambda x, norm, f: x + f(norm(x)).detach(), "detached_branch"),
 ]
 
 
@@ -103,3 +104,61 @@ def test_the_references_are_the_package_modules():
     torch.testing.assert_close(reference_layer_norm(x, layer_norm.weight, layer_norm.bias, 1e-5), layer_norm(x))
     torch.testing.assert_close(reference_rms_norm(x, rms_norm.weight, 1e-6), rms_norm(x))
     torch.testing.assert_close(rms_norm(x), F.rms_norm(x, (16,), rms_norm.weight, 1e-6))
+
+
+# --- the build exercise and the prediction ------------------------------------------------------------------------------
+
+
+def block_right(x, attention, feed_forward, norm_1, norm_2):
+    x = x + attention(norm_1(x))
+    return x + feed_forward(norm_2(x))
+
+
+def block_like(wrong):
+    def pre_norm_block(x, attention, feed_forward, norm_1, norm_2):
+        if wrong == "post":
+            x = norm_1(attention(x) + x)
+            return norm_2(feed_forward(x) + x)
+        if wrong == "same norm":
+            x = x + attention(norm_1(x))
+            return x + feed_forward(norm_1(x))
+        if wrong == "parallel":
+            return x + attention(norm_1(x)) + feed_forward(norm_2(x))
+        a = norm_1(x)
+        a = a + attention(a)
+        b = norm_2(a)
+        return b + feed_forward(b)
+
+    return pre_norm_block
+
+
+@pytest.mark.parametrize(("learner", "mistake"), [
+    (block_like("post"), "post_norm_block"), (block_like("same norm"), "one_norm_for_both"),
+    (block_like("parallel"), "parallel_branches"), (block_like("stream"), "normalized_the_stream"),
+])
+def test_a_learners_block_mistake_is_named(learner, mistake, assert_mistake_named):
+    assert_mistake_named("06.pre_norm_block", learner, mistake)
+
+
+def test_a_correct_block_passes_and_the_reference_is_the_packages_pre_norm_block():
+    from tutorial_lib.blocks import TransformerBlock
+    from tutorial_lib.checks.ch06 import reference_pre_norm_block
+
+    assert check("06.pre_norm_block", block_right).passed
+    torch.manual_seed(0)
+    block = TransformerBlock(16, 4, 32, placement="pre").eval()
+    with torch.no_grad():
+        for p in block.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    x = torch.randn(2, 7, 16)
+    composed = reference_pre_norm_block(x, block.attn, block.ffn, block.attn_residual.norm, block.ffn_residual.norm)
+    torch.testing.assert_close(composed, block(x))
+
+
+def test_the_normalized_length_is_the_root_of_d_model():
+    from tutorial_lib.checks.ch06 import normalized_length
+
+    before, after = normalized_length()
+    assert abs(after - 16.0) < 1e-3 and before > 60
+    assert check("06.predict_normalized_length", lambda: 16).passed
+    assert check("06.predict_normalized_length", lambda: 256).mistake == "length_d_model"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -162,3 +164,64 @@ def test_the_layer_references_are_pytorchs_layers_and_agree_with_the_package_blo
         ours.norm.load_state_dict(norm.state_dict())
     torch.testing.assert_close(block(x, memory, memory_mask=src_mask), reference_decoder_layer(x, memory, src_mask, parts),
                                atol=1e-5, rtol=1e-4)
+
+
+# --- the build exercise (greedy decoding) and the prediction -------------------------------------------------------------
+
+
+def greedy_right(model, src, src_mask, bos, eos, max_len):
+    memory = model.encode(src, src_mask)
+    rows = [[bos] for _ in range(src.shape[0])]
+    for _ in range(max_len):
+        logits = model.decode(torch.tensor(rows), memory, src_mask)[:, -1]
+        for row, scores in zip(rows, logits):
+            row.append(eos if eos in row[1:] else int(scores.argmax()))
+        if all(eos in row[1:] for row in rows):
+            break
+    return torch.tensor(rows)[:, 1:]
+
+
+def greedy_any_stop(model, src, src_mask, bos, eos, max_len):
+    memory = model.encode(src, src_mask)
+    tokens = torch.full((src.shape[0], 1), bos)
+    for _ in range(max_len):
+        next_token = model.decode(tokens, memory, src_mask)[:, -1].argmax(-1)
+        tokens = torch.cat([tokens, next_token[:, None]], dim=1)
+        if (next_token == eos).any():
+            break
+    return tokens[:, 1:]
+
+
+def greedy_with_bos(model, src, src_mask, bos, eos, max_len):
+    return torch.cat([torch.full((src.shape[0], 1), bos), greedy_right(model, src, src_mask, bos, eos, max_len)], 1)
+
+
+@pytest.mark.parametrize(("learner", "mistake"), [(greedy_any_stop, "stopped_at_first_eos"),
+                                                  (greedy_with_bos, "kept_bos")])
+def test_a_learners_decoding_mistake_is_named(learner, mistake, assert_mistake_named):
+    assert_mistake_named("07.greedy_decode", learner, mistake)
+
+
+def test_a_correct_decoder_passes_and_the_reference_is_the_packages_greedy_decode():
+    from tutorial_lib.checks.ch07 import _TinyTransformer, reference_greedy_decode
+    from tutorial_lib.decoding import greedy_decode
+
+    assert check("07.greedy_decode", greedy_right).passed
+    model = _TinyTransformer(35).model
+    src = torch.randint(3, 10, (4, 6), generator=torch.Generator().manual_seed(1))
+    lengths = torch.tensor([6, 5, 3, 1])
+    mask = torch.arange(6)[None, None, :] < lengths[:, None, None]
+    for eos in range(2, 10):
+        ours = reference_greedy_decode(model, src, mask, 1, eos, 8)
+        torch.testing.assert_close(ours, greedy_decode(model, src, bos=1, eos=eos, max_len=8, src_lengths=lengths))
+
+
+def test_the_smoothing_floor_is_the_entropy_of_the_smoothed_target():
+    from tutorial_lib.checks.ch07 import smoothed_loss_floor
+
+    best, confident = smoothed_loss_floor()
+    p_right, p_other = 0.9 + 0.1 / 1000, 0.1 / 1000
+    entropy = -p_right * math.log(p_right) - 999 * p_other * math.log(p_other)
+    assert abs(best - entropy) < 1e-4 and confident > best
+    assert check("07.predict_smoothing_floor", lambda: 1.0).passed
+    assert check("07.predict_smoothing_floor", lambda: 0.1).mistake == "epsilon"

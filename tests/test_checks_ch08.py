@@ -124,6 +124,10 @@ LEARNER_MISTAKES = [
     ("08.gpt_forward", forward_like(scale=32**0.5), "scaled_embeddings"),
     ("08.gpt_forward", forward_like(softmax=True), "returned_probabilities"),
     ("08.gpt_forward", forward_like(last=True), "last_position_only"),
+    ("08.predict_gpt2_parameters", lambda: 12 * 12 * 768**2 + 2 * 50257 * 768 + 1024 * 768, "tied_counted_twice"),
+    ("08.predict_gpt2_parameters", lambda: 12 * 12 * 768**2, "blocks_only"),
+    ("08.predict_gpt2_parameters", lambda: 12 * 4 * 768**2, "attention_only"),
+    ("08.predict_gpt2_parameters", lambda: 1.5e9, "gpt2_xl"),
 ]
 
 
@@ -190,4 +194,14 @@ def test_a_fresh_exercises_notebook_runs_and_scores_zero():
         ("08.count_parameters", 0, 1, "not attempted yet"),
         ("08.gpt2_init", 0, 2, "not attempted yet"),
         ("08.gpt_forward", 0, 2, "not attempted yet"),
+        ("08.predict_gpt2_parameters", 0, 1, "not attempted yet"),
     ]
+
+
+def test_the_predicted_count_is_gpt2_small_and_a_forgotten_embedding_is_named():
+    from tutorial_lib.checks.ch08 import gpt2_small_parameters
+
+    d, vocab, positions, layers = 768, 50257, 1024, 12
+    assert gpt2_small_parameters() == layers * (12 * d**2 + 13 * d) + (vocab + positions) * d + 2 * d
+    assert check("08.predict_gpt2_parameters", lambda: 124e6).passed
+    assert check("08.predict_gpt2_parameters", lambda: layers * 12 * d**2).mistake == "blocks_only"

@@ -1,20 +1,27 @@
 """JupyterLab, as ``make lab`` gives it to a reader, driven in a real browser with a running kernel.
 
 ``make test-browser`` runs this suite (marker ``browser``) after installing JupyterLab (``requirements-lab.txt``, the
-``make lab`` stamp). It starts ``jupyter lab`` from the test's environment on 127.0.0.1 (a free port, a token, no
-browser, its root a temporary folder that holds COPIES of the notebooks, their stored outputs removed, since
-JupyterLab saves what it runs), with everything that would phone home turned off: the news feed, the update check and
-the extension manager's PyPI listing. Every request of the page to another origin is blocked and is a failure, and
-so is any console error or uncaught page error. Then, in Debian's Chromium driven by Playwright:
+``make lab`` stamp). It starts ``jupyter-lab`` of the tests' environment on 127.0.0.1 (a port the OS picks, a token,
+no browser, its root a temporary folder holding COPIES of the notebooks with their stored outputs removed: JupyterLab
+saves what it runs, and whatever the page shows afterwards came from the kernel), with everything that would phone
+home turned off: the news feed, the update check, the extension manager's PyPI listing (and the build check, which
+only costs time). Kernels run as the notebooks' CI runs them (one thread, CPU, offline, TUTORIAL_LIB_DATA).
+
+One JupyterLab page in Debian's Chromium (driven by Playwright) serves the three tests, opening each notebook with
+File > Open from Path… and shutting its kernel down after (Kernel > Shut Down Kernel):
 
 - an exercises notebook, Run > Run All Cells: every check cell prints its verdict, "not attempted yet (0/N points)";
 - its solutions notebook, the same: every check says "correct (N/N points)";
-- chapter 03: only the set-up cell, the cell that imports the softmax widget and the widget's cell run (Ctrl+Enter
-  on each, found by their code); the widget is drawn by JupyterLab's widget manager, and clicking the "scaled" toggle
-  and moving the d_k slider with the arrow keys changes the visible state label and the visible picture.
+- chapter 03: only the set-up cell, the cell that imports the softmax widget and the widget's cell run (selected,
+  Ctrl+Enter; found by their code); JupyterLab's widget manager draws the widget, and clicking its "scaled" toggle,
+  then pressing ← on its d_k slider, each changes the visible state label and the visible picture.
 
-The server is shut down (its kernels with it) and the folder removed whatever happens. Without JupyterLab the suite
-is skipped, unless ``CI`` is set: there ``make test`` has installed it, so its absence is a failure.
+Every request to another origin is blocked and fails the test that made it, except the pictures the notebooks' own
+markdown links (the Colab badges), which get a blank picture from the test so that a reader's offline page is what
+is checked; JupyterLab itself must make none. A console error or an uncaught page error fails the test too (JupyterLab
+logs none when nothing phones home). The server is shut down (its kernels with it) and the folder removed whatever
+happens; the run prints its time and what was blocked. Without JupyterLab the suite is skipped, unless ``CI`` is
+set: ``make test`` installs it, so there its absence is a failure.
 """
 
 from __future__ import annotations
@@ -29,7 +36,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from importlib.util import find_spec
@@ -40,16 +46,14 @@ import pytest
 
 from test_book_browser import VERDICT, chromium
 
-pytestmark = pytest.mark.browser
-
 ROOT = Path(__file__).resolve().parents[1]
-EXERCISES = "exercises/01_tokens.ipynb"  # five cheap checks (BPE on a few words): the kernel's work takes seconds
+EXERCISES = "exercises/01_tokens.ipynb"  # cheap checks (BPE on a few words): the kernel's work takes seconds
 SOLUTIONS = "solutions/01_tokens.ipynb"
 CHAPTER = "chapters/03_scaled_dot_product_attention.ipynb"
 WIDGET_CALL = "softmax_saturation_widget("
 LIVE, STATE_LABEL = ".tfs-live", ".tfs-state-label"  # tutorial_lib/widgets/_live.py's DOM hooks
 
-SERVER_START_S = 120  # the loaded 2-core machine: JupyterLab's server imports take ~10 s there
+SERVER_START_S = 120  # the loaded 2-core machine: the server answered after 12-15 s there
 KERNEL_WORK_S = 180  # a kernel's start-up (torch imports) and a notebook's cells, on a loaded machine
 WAIT_MS = 60_000  # the page: JupyterLab's bundle, a notebook's rendering, a widget's reaction
 
@@ -61,11 +65,12 @@ FRONT_END_SETTINGS = {
 }
 
 
-def lab_executable() -> Path:
+def lab_executable(prefix: str | None = None) -> Path:
     """``jupyter-lab`` of the environment the tests run in (``.venv``), or skip (fail under CI) without it."""
-    executable = Path(sys.prefix) / "bin" / "jupyter-lab"
+    prefix = sys.prefix if prefix is None else prefix
+    executable = Path(prefix) / "bin" / "jupyter-lab"
     if find_spec("jupyterlab") is None or not executable.exists():
-        reason = (f"JupyterLab is not installed in {sys.prefix}: `make .venv/.lab-installed` (or `make lab`) "
+        reason = (f"JupyterLab is not installed in {prefix}: `make .venv/.lab-installed` (or `make lab`) "
                   f"installs it from requirements-lab.txt")
         if os.environ.get("CI"):
             pytest.fail(f"{reason}; `make test` must install it before the browser suite (CI is set)")
@@ -86,9 +91,22 @@ def copy_without_outputs(source: Path, target: Path) -> nbformat.NotebookNode:
     return notebook
 
 
+MARKDOWN_IMAGE = re.compile(r"!\[[^\]]*\]\((https?://[^)\s]+)\)|<img[^>]+src=\"(https?://[^\"]+)\"")
+# What the page gets instead of a notebook's own picture from the internet (the "Open in Colab" badge): a blank one.
+PLACEHOLDER_SVG = '<svg xmlns="http://www.w3.org/2000/svg" width="117" height="20"/>'
+
+
+def external_images(notebook: nbformat.NotebookNode) -> set[str]:
+    """URLs of the pictures the notebook's markdown shows from the internet (the Colab badge): the only off-origin
+    requests the page may make, since the reader's own content asks for them; JupyterLab itself must make none."""
+    return {first or second for cell in notebook.cells if cell.cell_type == "markdown"
+            for first, second in MARKDOWN_IMAGE.findall(cell.source)}
+
+
 def check_cells(notebook: nbformat.NotebookNode) -> list[int]:
     """Indices of the cells that call ``check(...)`` (each prints one verdict)."""
-    return [i for i, cell in enumerate(notebook.cells) if cell.cell_type == "code" and re.search(r"^check\(", cell.source, re.M)]
+    return [i for i, cell in enumerate(notebook.cells)
+            if cell.cell_type == "code" and re.search(r"^check\(", cell.source, re.M)]
 
 
 @dataclass
@@ -99,6 +117,10 @@ class Lab:
     log: Path
     notebooks: dict[str, nbformat.NotebookNode]
 
+    @property
+    def external_images(self) -> set[str]:
+        return set().union(*(external_images(notebook) for notebook in self.notebooks.values()))
+
     def api(self, method: str, path: str) -> object:
         request = urllib.request.Request(f"{self.url}{path}", method=method, headers={"Authorization": f"token {self.token}"})
         with urllib.request.urlopen(request, timeout=30) as response:
@@ -108,9 +130,6 @@ class Lab:
     def log_tail(self, lines: int = 30) -> str:
         return "\n".join(self.log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
 
-    def shut_down_kernels(self) -> None:
-        for kernel in self.api("GET", "api/kernels"):
-            self.api("DELETE", f"api/kernels/{kernel['id']}")
 
 
 def _wait_for_server(process: subprocess.Popen, runtime: Path, log: Path) -> tuple[str, str]:
@@ -142,7 +161,7 @@ def _stop(process: subprocess.Popen, lab: Lab | None) -> None:
         except (OSError, subprocess.TimeoutExpired):
             pass
     if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)  # the server's own process group (start_new_session): it and its kernels
+        os.killpg(process.pid, signal.SIGTERM)  # its own process group (start_new_session); it stops its kernels
         try:
             process.wait(timeout=15)
         except subprocess.TimeoutExpired:
@@ -162,6 +181,10 @@ def lab():
     for name, values in FRONT_END_SETTINGS.items():
         (settings / name).parent.mkdir(parents=True, exist_ok=True)
         (settings / name).write_text(json.dumps(values), encoding="utf-8")
+    # The page's static configuration: no check of JupyterLab's own build on load (a reader's `make lab` is a
+    # prebuilt JupyterLab; the check only costs the loaded test machine seconds of CPU).
+    (home / "config" / "labconfig").mkdir(parents=True)
+    (home / "config" / "labconfig" / "page_config.json").write_text(json.dumps({"buildCheck": False}), encoding="utf-8")
     runtime = home / "runtime"
     environment = os.environ | {
         # The server and its kernels see only this session's Jupyter folders (no user config, no saved workspace).
@@ -213,61 +236,141 @@ def lab():
 
 @dataclass
 class Watched:
-    """What a page did that it must not: requests to other origins, console errors, uncaught errors."""
+    """What the page did that it must not: requests to other origins, console errors, uncaught errors."""
     off_origin: list[str] = field(default_factory=list)
+    stubbed: list[str] = field(default_factory=list)  # the notebooks' own internet pictures, answered locally
     errors: list[str] = field(default_factory=list)
 
-    def problems(self) -> list[str]:
-        return ([f"requests to other origins (blocked): {sorted(set(self.off_origin))[:5]}"] if self.off_origin else []) + self.errors[:5]
+    def problems(self, since: tuple[int, int] = (0, 0)) -> list[str]:
+        off_origin, errors = self.off_origin[since[0]:], self.errors[since[1]:]
+        return ([f"requests to other origins (blocked): {sorted(set(off_origin))[:5]}"] if off_origin else []) + errors[:5]
+
+    def mark(self) -> tuple[int, int]:
+        return len(self.off_origin), len(self.errors)
+
+
+@dataclass
+class Session:
+    page: object  # playwright.sync_api.Page
+    watched: Watched
+    checked: tuple[int, int] = (0, 0)  # how much of ``watched`` a test has already answered for
+
+    def new_problems(self) -> list[str]:
+        """What the page did wrong since the last test checked (the first test answers for the page's load too)."""
+        problems, self.checked = self.watched.problems(since=self.checked), self.watched.mark()
+        return problems
 
 
 @pytest.fixture(scope="module")
-def browser():
+def jupyterlab(lab, request):
+    """One JupyterLab page for the module's tests, as a reader keeps one open (a page load is seconds of CPU): the
+    app at its root, every off-origin request blocked and recorded, console and page errors recorded."""
     from playwright.sync_api import sync_playwright
 
+    watched = Watched()
+    allowed_pictures = lab.external_images
+
+    def route(route) -> None:
+        url = route.request.url
+        if url.startswith(lab.url):
+            route.continue_()
+        elif url in allowed_pictures:
+            watched.stubbed.append(url)
+            route.fulfill(status=200, content_type="image/svg+xml", body=PLACEHOLDER_SVG)
+        else:
+            watched.off_origin.append(url)
+            route.abort()
+
+    start = time.perf_counter()
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium())
-        yield browser
-        browser.close()
+        try:
+            context = browser.new_context(viewport={"width": 1280, "height": 900})
+            context.route("**/*", route)
+            page = context.new_page()
+            page.on("console", lambda message: watched.errors.append(f"console error: {message.text}")
+                    if message.type == "error" else None)
+            page.on("pageerror", lambda error: watched.errors.append(f"page error: {error}"))
+            page.goto(f"{lab.url}lab?token={lab.token}", wait_until="load", timeout=WAIT_MS)
+            expect_within(page, page.locator(".jp-DirListing-item", has_text="exercises"),
+                          "JupyterLab to start and list its root folder", lab)
+            session = Session(page, watched)
+            yield session
+            leftover = session.new_problems()
+            assert not leftover, "JupyterLab's page misbehaved after the last test:\n  " + "\n  ".join(leftover)
+        finally:
+            browser.close()
+    terminal = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if terminal is not None and capture is not None:
+        with capture.global_and_fixture_disabled():
+            terminal.write_line(
+                f"\njupyterlab: {time.perf_counter() - start:.1f} s in the browser, {len(watched.off_origin)} off-origin "
+                f"request(s) blocked, {len(watched.stubbed)} picture(s) of the notebooks' markdown answered locally "
+                f"({', '.join(sorted(set(watched.stubbed))) or 'none'}), {len(watched.errors)} console/page error(s)")
+
+
+def menu(page, *path: str) -> None:
+    """Click through the menu bar: ``menu(page, "Run", "Run All Cells")``."""
+    page.locator(".lm-MenuBar-item", has_text=re.compile(f"^{re.escape(path[0])}$")).click()
+    for item in path[1:]:
+        page.locator(".lm-Menu:visible .lm-Menu-item", has_text=re.compile(f"^{re.escape(item)}")).first.click()
 
 
 @pytest.fixture
-def open_notebook(lab, browser, request):
-    """``open_notebook(path)``: the notebook in JupyterLab in a fresh page (its own workspace, so nothing opened
-    before is restored), its kernel idle. After the test: no off-origin request, no console or page error; the page is
-    closed and the kernels are shut down."""
-    watched = Watched()
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-
-    def route(route) -> None:
-        if route.request.url.startswith(lab.url):
-            route.continue_()
-        else:
-            watched.off_origin.append(route.request.url)
-            route.abort()
-
-    context.route("**/*", route)
-    page = context.new_page()
-    page.on("console", lambda message: watched.errors.append(f"console error: {message.text}") if message.type == "error" else None)
-    page.on("pageerror", lambda error: watched.errors.append(f"page error: {error}"))
-    workspace = re.sub(r"\W+", "-", request.node.name)
+def open_notebook(lab, jupyterlab):
+    """``open_notebook(path)``: the notebook opened with File > Open from Path…, its kernel started and idle; its
+    locator. After the test its kernel is shut down (Kernel > Shut Down Kernel), and the test fails if the page
+    meanwhile requested another origin or logged an error."""
+    page = jupyterlab.page
+    opened = []
 
     def open_(path: str):
-        page.goto(f"{lab.url}lab/workspaces/{workspace}/tree/{path}?token={lab.token}", wait_until="load", timeout=WAIT_MS)
+        menu(page, "File", "Open from Path")
+        dialog = page.locator(".jp-Dialog")
+        dialog.locator("input").fill(path)
+        dialog.locator("button.jp-mod-accept").click()
         notebook = page.locator(".jp-NotebookPanel:visible .jp-Notebook")
-        expect_within(page, notebook.locator(".jp-Cell").first, f"{path} to render in JupyterLab", lab)
-        idle = page.locator(".jp-NotebookPanel:visible .jp-Notebook-ExecutionIndicator[data-status='idle']")
-        expect_within(page, idle, f"the kernel of {path} to start (idle)", lab, timeout_ms=KERNEL_WORK_S * 1000)
+        expect_within(page, notebook.locator(".jp-Cell").first, f"{path} to open in JupyterLab", lab)
+        opened.append(path)
+        # The status bar says "<kernel> | Idle" once the kernel is connected ("No Kernel | Initializing" before; the
+        # toolbar's indicator alone reads idle before the kernel exists, and a Run then asks for a kernel).
+        wait_until(page, KERNEL_IDLE, f"the kernel of {path} to start and be idle", lab, KERNEL_WORK_S * 1000)
         return notebook
 
     open_.page = page
     yield open_
     try:
-        problems = watched.problems()
+        problems = jupyterlab.new_problems()
         assert not problems, "JupyterLab's page misbehaved:\n  " + "\n  ".join(problems)
     finally:
-        context.close()
-        lab.shut_down_kernels()
+        if opened:
+            # Kernel > Shut Down Kernel, not waited for: the kernel exits while the next test runs (waiting costs
+            # seconds on a loaded machine). The tab stays open, hidden behind the next notebook's.
+            try:
+                page.keyboard.press("Escape")  # a menu or dialog a failure left open
+                menu(page, "Kernel", "Shut Down Kernel")
+            except Exception:  # noqa: BLE001 - best effort; the server's shutdown stops every kernel anyway
+                pass
+
+
+KERNEL_IDLE = """() => Array.from(document.querySelectorAll('.jp-StatusBar-TextItem'))
+  .some((item) => /^(?!No Kernel).+ \\| Idle$/.test(item.textContent.trim()))"""
+
+
+def wait_until(page, condition: str, what: str, lab: Lab, timeout_ms: int = WAIT_MS) -> None:
+    """Wait for the JavaScript ``condition`` to hold, or fail as :func:`expect_within` does."""
+    try:
+        page.wait_for_function(condition, timeout=timeout_ms)
+    except Exception as error:  # noqa: BLE001
+        fail_showing(page, what, error, lab, timeout_ms)
+
+
+def fail_showing(page, what: str, error: Exception, lab: Lab, timeout_ms: int) -> None:
+    shown = page.evaluate("() => document.body.innerText").strip()
+    pytest.fail(f"waited {timeout_ms / 1000:.0f} s for {what}: {type(error).__name__}\n"
+                f"--- the page showed (end):\n{shown[-2500:]}\n--- jupyter lab's log (end):\n{lab.log_tail()}",
+                pytrace=False)
 
 
 def expect_within(page, locator, what: str, lab: Lab, timeout_ms: int = WAIT_MS) -> None:
@@ -275,20 +378,17 @@ def expect_within(page, locator, what: str, lab: Lab, timeout_ms: int = WAIT_MS)
     try:
         locator.first.wait_for(state="visible", timeout=timeout_ms)
     except Exception as error:  # noqa: BLE001 - Playwright's TimeoutError, turned into a readable failure
-        shown = page.evaluate("() => document.body.innerText").strip()
-        pytest.fail(f"waited {timeout_ms / 1000:.0f} s for {what}: {type(error).__name__}\n"
-                    f"--- the page showed (end):\n{shown[-2500:]}\n--- jupyter lab's log (end):\n{lab.log_tail()}",
-                    pytrace=False)
+        fail_showing(page, what, error, lab, timeout_ms)
 
 
 def run_all_cells(page) -> None:
     """Run > Run All Cells, from the menu bar, as a reader does."""
-    page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Run$")).click()
-    page.locator(".lm-Menu-item:visible", has_text=re.compile(r"^Run All Cells")).first.click()
+    menu(page, "Run", "Run All Cells")
 
 
 def verdicts(notebook, cells: list[int]) -> list[str]:
-    return [notebook.locator(".jp-Cell").nth(i).locator(".jp-OutputArea-output").first.text_content().strip() for i in cells]
+    return [notebook.locator(".jp-Cell").nth(i).locator(".jp-OutputArea-output").first.text_content().strip()
+            for i in cells]
 
 
 def wait_for_verdicts(page, notebook, cells: list[int], lab: Lab) -> list[str]:
@@ -299,6 +399,20 @@ def wait_for_verdicts(page, notebook, cells: list[int], lab: Lab) -> list[str]:
     return verdicts(notebook, cells)
 
 
+@pytest.mark.browser
+def test_nothing_phones_home(lab):
+    """The server's news feed and update check answer empty without a request out, the extension manager cannot
+    reach PyPI, and the settings the front end reads ask for none of them (nor show the first-start toast asking)."""
+    assert lab.api("GET", "lab/api/news") == {"news": []}
+    assert lab.api("GET", "lab/api/update") == {"notification": None}
+    assert "Extension Manager is 'readonly'" in lab.log.read_text(encoding="utf-8", errors="replace")
+    for name, values in FRONT_END_SETTINGS.items():
+        plugin = name.removesuffix(".jupyterlab-settings").replace("/", ":").replace(":", "/", 1)
+        read = lab.api("GET", f"lab/api/settings/{plugin}")["settings"]  # the user settings the server serves
+        assert {key: read.get(key) for key in values} == values, f"{plugin}: the server serves {read}"
+
+
+@pytest.mark.browser
 def test_exercises_notebook_runs_and_shows_verdicts(lab, open_notebook):
     notebook = open_notebook(EXERCISES)
     page = open_notebook.page
@@ -311,6 +425,7 @@ def test_exercises_notebook_runs_and_shows_verdicts(lab, open_notebook):
     assert not wrong, f"an untouched exercise should be 'not attempted yet' with 0 points: {wrong}"
 
 
+@pytest.mark.browser
 def test_solutions_notebook_runs_and_every_check_is_correct(lab, open_notebook):
     notebook = open_notebook(SOLUTIONS)
     page = open_notebook.page
@@ -318,7 +433,8 @@ def test_solutions_notebook_runs_and_every_check_is_correct(lab, open_notebook):
     assert len(cells) == len(check_cells(lab.notebooks[EXERCISES])), "solutions and exercises differ in check cells"
     run_all_cells(page)
     shown = wait_for_verdicts(page, notebook, cells, lab)
-    wrong = [text for text in shown if not (m := re.match(r"^\d\d\.\w+: correct \((\d+)/(\d+) points?\)", text)) or m[1] != m[2]]
+    full_points = [re.match(r"^\d\d\.\w+: correct \((\d+)/(\d+) points?\)", text) for text in shown]
+    wrong = [text for text, match in zip(shown, full_points) if not match or match[1] != match[2]]
     assert not wrong, f"every solution should be correct with full points: {wrong}"
 
 
@@ -327,11 +443,12 @@ def widget_cells(notebook: nbformat.NotebookNode) -> list[int]:
     imports the widget, and the cell that calls it."""
     code = [(i, cell.source) for i, cell in enumerate(notebook.cells) if cell.cell_type == "code"]
     setup = [i for i, source in code if "setup_notebook(" in source]
-    imports = [i for i, source in code if re.search(r"^from tutorial_lib\.widgets import [^#]*\bsoftmax_saturation_widget\b",
-                                                     source, re.M | re.S) and WIDGET_CALL not in source]
+    imported = re.compile(r"^from tutorial_lib\.widgets import [^#]*\bsoftmax_saturation_widget\b", re.M | re.S)
+    imports = [i for i, source in code if imported.search(source) and WIDGET_CALL not in source]
     calls = [i for i, source in code if source.lstrip().startswith(WIDGET_CALL)]
     assert len(setup) == 1 and len(imports) == 1 and len(calls) == 1, (
-        f"chapter 03 should have one set-up cell, one cell importing the widget and one calling it: {setup}, {imports}, {calls}")
+        f"chapter 03 should have one set-up cell, one cell importing the widget and one calling it: "
+        f"{setup}, {imports}, {calls}")
     return [setup[0], imports[0], calls[0]]
 
 
@@ -370,6 +487,7 @@ def wait_for_state_change(page, live, before: tuple[str, str], what: str) -> tup
     return after
 
 
+@pytest.mark.browser
 def test_chapter_03_softmax_widget_is_live_with_a_kernel(lab, open_notebook):
     notebook = open_notebook(CHAPTER)
     page = open_notebook.page
@@ -386,9 +504,42 @@ def test_chapter_03_softmax_widget_is_live_with_a_kernel(lab, open_notebook):
     scaled = wait_for_state_change(page, live, start, "clicking the 'scaled' toggle")
     assert scaled[0] == "scores = q·k / √d_k (scaled) · d_k = 512", scaled[0]
 
+    from tutorial_lib.widgets.softmax_saturation import D_HEAD_CHOICES
+
+    below = D_HEAD_CHOICES[D_HEAD_CHOICES.index(512) - 1]  # the slider's option left of 512
     handle = live.locator(".noUi-handle").first  # the SelectionSlider (noUiSlider): focus its handle, press ←
     handle.focus()
     page.keyboard.press("ArrowLeft")
     smaller = wait_for_state_change(page, live, scaled, "pressing ← on the d_k slider")
-    assert smaller[0] == "scores = q·k / √d_k (scaled) · d_k = 64", smaller[0]
-    assert live.locator(".widget-readout").first.text_content().strip() == "64", "the slider's readout should say 64"
+    assert smaller[0] == f"scores = q·k / √d_k (scaled) · d_k = {below}", smaller[0]
+    readout = live.locator(".widget-readout").first.text_content().strip()
+    assert readout == str(below), f"the slider's readout says {readout!r}, expected {below}"
+
+
+# --- the helpers themselves (these run without a browser or JupyterLab, in every `pytest tests`) --------------------
+
+
+def test_the_notebooks_hold_what_the_browser_tests_look_for():
+    exercises, solutions, chapter = (nbformat.read(ROOT / path, as_version=4) for path in (EXERCISES, SOLUTIONS, CHAPTER))
+    assert len(check_cells(exercises)) >= 3 and len(check_cells(exercises)) == len(check_cells(solutions))
+    setup, imports, call = widget_cells(chapter)
+    assert setup < imports < call
+    assert "https://colab.research.google.com/assets/colab-badge.svg" in external_images(exercises)
+
+
+def test_the_copy_has_no_outputs_and_no_widget_state(tmp_path):
+    copy = copy_without_outputs(ROOT / CHAPTER, tmp_path / CHAPTER)
+    stored = nbformat.read(tmp_path / CHAPTER, as_version=4)
+    for notebook in (copy, stored):
+        code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+        assert code and all(cell.outputs == [] and cell.execution_count is None for cell in code)
+        assert "widgets" not in notebook.metadata
+
+
+def test_missing_jupyterlab_skips_locally_and_fails_under_ci(tmp_path, monkeypatch):
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="make .venv/.lab-installed"):
+        lab_executable(prefix=str(tmp_path))
+    monkeypatch.setenv("CI", "1")
+    with pytest.raises(pytest.fail.Exception, match="CI is set"):
+        lab_executable(prefix=str(tmp_path))

@@ -136,7 +136,7 @@ def test_bad_arguments(kwargs, argument):
 
 def test_one_dimensional_logits_are_rejected():
     # Unwrapped: as a notebook calls it (the test run's jaxtyping hook would reject the shape first, also naming logits).
-    with pytest.raises(ValueError, match=r"logits must have shape \(batch, d_vocab\), got \(5,\)"):
+    with pytest.raises(ValueError, match=r"logits must be a floating-point tensor of shape \(batch, d_vocab\), got shape \(5,\)"):
         inspect.unwrap(sample_next_token)(torch.randn(5))
 
 
@@ -207,7 +207,7 @@ def test_generate_bad_arguments(model, tokens, max_new_tokens, argument):
 def test_generate_names_a_list_a_float_tensor_and_takes_numpy_integers(model):
     np = pytest.importorskip("numpy")
     run = inspect.unwrap(generate)
-    with pytest.raises(ValueError, match=r"tokens must be an integer tensor of shape \(batch, seq\), got list"):
+    with pytest.raises(ValueError, match=r"tokens must be an integer tensor of shape \(batch, seq\), got \[\[1, 2\]\]: wrap"):
         run(model, [[1, 2]], 3)
     with pytest.raises(ValueError, match="tokens must hold integer token ids, got dtype torch.float32"):
         run(model, PROMPT.float(), 3)

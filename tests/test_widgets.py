@@ -11,6 +11,7 @@ import torch
 from matplotlib.figure import Figure
 
 from tutorial_lib.widgets._live import live_views, view_label
+from tutorial_lib.widgets.mask_explorer import mask_states
 from tutorial_lib.widgets import (
     MASK_KINDS,
     build_mask,
@@ -189,18 +190,18 @@ def test_softmax_saturation_widget_draws_every_state_for_the_browser():
         softmax_saturation_widget(d_head=100)
 
 
-def test_mask_explorer_widget_constructs_and_follows_its_controls():
-    widget = mask_explorer_widget("causal", seq_len=8, window=3, length=5)
-    kind_menu, seq_len_slider, window_slider, length_slider, image = widget.children
-    first = bytes(image.value)
-    assert first.startswith(b"\x89PNG")
-    assert window_slider.disabled and length_slider.disabled
-    kind_menu.value = "sliding window"
-    assert not window_slider.disabled
-    kind_menu.value = "padding"
-    assert not length_slider.disabled
-    seq_len_slider.value = 4  # the padded length cannot exceed the sequence
-    assert length_slider.max == 4 and length_slider.value == 4
-    assert bytes(image.value) != first
+def test_mask_explorer_widget_draws_every_mask_for_the_browser():
+    widget = mask_explorer_widget("causal + padding", seq_len=8, window=3, length=5)
+    (buttons,), views = live_views(widget)
+    labels = [view_label(view) for view in views.values()]
+    assert labels == ["mask = causal", "mask = padding (length 5)", "mask = causal + padding (length 5)",
+                      "mask = causal + padding (length 0)", "mask = sliding window (3)", "mask = bidirectional"]
+    assert labels[buttons.index] == "mask = causal + padding (length 5)"  # the kind asked for is shown first
+    pictures = {view.children[1].value for view in views.values()}
+    assert len(pictures) == len(views) and all('src="data:image/png;base64,' in p for p in pictures)
+    assert all("attention weights" in p for p in pictures)  # in each picture's alt text
+    assert len(mask_states(length=0)) == len(MASK_KINDS)  # no second "length 0" state when length is already 0
     with pytest.raises(ValueError, match="kind"):
         mask_explorer_widget("diagonal")
+    with pytest.raises(ValueError, match=r"length.* must lie in \[0, seq_len=4\]"):
+        mask_explorer_widget(seq_len=4, length=5)

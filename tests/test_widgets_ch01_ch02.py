@@ -7,7 +7,15 @@ import torch
 
 from tutorial_lib.embeddings import sinusoidal_positional_encoding
 from tutorial_lib.tokenizers import BPETokenizer
-from tutorial_lib.widgets.bpe import bpe_step_widget, merge_trace, plot_merge_trace, plot_tokens_per_character, show_token
+from tutorial_lib.widgets._live import live_views, view_label
+from tutorial_lib.widgets.bpe import (
+    bpe_step_widget,
+    merge_step_view,
+    merge_trace,
+    plot_merge_trace,
+    plot_tokens_per_character,
+    show_token,
+)
 from tutorial_lib.widgets.positions import (
     plot_pe_heatmap,
     plot_position_similarity,
@@ -36,13 +44,28 @@ def test_tokens_are_shown_readably():
     assert show_token(b" the\n") == "␣the↵" and show_token("é".encode()[:1]) == "<c3>"
 
 
+def _pictures(views) -> set[str]:
+    """The distinct pictures of a live widget's views (each an <img> with its PNG inline)."""
+    pictures = {view.children[1].value for view in views.values()}
+    assert all('src="data:image/png;base64,' in p for p in pictures)
+    return pictures
+
+
 def test_the_bpe_figures_and_widget_draw():
     assert plot_merge_trace(merge_trace(MERGES, "hugs"), current=1).axes
     widget = bpe_step_widget(MERGES, "hugs")
-    text, step, image = widget.children
-    assert step.max == 3 and step.value == 3 and image.value[:4] == b"\x89PNG"
-    text.value = "hug"
-    assert step.max == 2 and step.value == 0
+    (step,), views = live_views(widget)
+    assert step.value == 3 and len(views) == 4  # the bytes and three merges, starting at the last step
+    assert len(_pictures(views)) == 4  # each step its own picture
+    assert view_label(views[(1,)]) == "step = 1 (merge #0)" and view_label(views[(0,)]) == "step = 0 (bytes)"
+    assert 'alt="Plot: hugs: 3 merge(s) turn 4 bytes into 1 token(s), hugs"' in views[(3,)].children[1].value
+    with pytest.raises(ValueError, match="word must be a non-empty string"):
+        bpe_step_widget(MERGES, "")
+    word = bytes(range(65, 115)).decode()  # 50 different bytes, merged left to right: 49 merges
+    with pytest.raises(ValueError, match="word must take at most 47 merges"):
+        bpe_step_widget([(word[:i].encode(), word[i].encode()) for i in range(1, 50)], word)
+    with pytest.raises(ValueError, match="step must be an int"):
+        merge_step_view(merge_trace(MERGES, "hugs"), 4)
     assert plot_tokens_per_character([256, 300], [1.0, 0.8], words_per_character=0.2).axes
     with pytest.raises(ValueError, match="equal length"):
         plot_tokens_per_character([256], [1.0, 0.8])
@@ -64,7 +87,11 @@ def test_the_position_figures_and_widget_draw():
     with pytest.raises(ValueError, match="positions must be non-empty"):
         plot_position_similarity((25,), n_ctx=20)
     widget = positions_widget(position=3, d_model=16, n_ctx=20)
-    position, d_model, base, image = widget.children
-    before = image.value
-    base.value = 100.0
-    assert image.value != before and image.value[:4] == b"\x89PNG"
+    (base,), views = live_views(widget)
+    assert base.value == 10000.0 and len(views) == len(base.options) == 5
+    assert len(_pictures(views)) == 5  # each base its own picture
+    assert view_label(views[(0,)]) == "base = 10"
+    assert "cosine similarity of position 3" in views[(0,)].children[1].value  # in the alt text
+    for kwargs, argument in (({"base": 50.0}, "base"), ({"position": 25}, "position"), ({"d_model": 7}, "d_model")):
+        with pytest.raises(ValueError, match=f"{argument} must"):
+            positions_widget(**{"position": 3, "n_ctx": 20, **kwargs})

@@ -7,9 +7,11 @@ import math
 import pytest
 import torch
 
+from tutorial_lib.widgets._live import live_views, view_label
 from tutorial_lib.widgets.activations import ACTIVATION_NAMES, activation_curves, activation_widget, plot_activations
 from tutorial_lib.widgets.norms_at_init import (
     ARRANGEMENTS,
+    DEPTH_CHOICES,
     depth_profiles,
     norms_at_init,
     norms_at_init_widget,
@@ -42,14 +44,26 @@ def test_activation_curves_refuse_bad_input():
         activation_curves(n_points=1)
 
 
+def _pictures(views) -> set[str]:
+    """The distinct pictures of a live widget's views (each an <img> with its PNG inline)."""
+    pictures = {view.children[1].value for view in views.values()}
+    assert all('src="data:image/png;base64,' in p for p in pictures)
+    return pictures
+
+
 def test_the_activation_figure_and_widget_draw():
     assert len(plot_activations(ACTIVATION_NAMES).axes) == 2
-    selector, range_slider, gate_slider, image = activation_widget(["ReLU"]).children
-    assert image.value[:4] == b"\x89PNG"
-    before = image.value
-    gate_slider.value = -1.0
-    selector.value = ("ReLU", "SwiGLU gate")
-    assert image.value != before
+    (gate,), views = live_views(activation_widget(("ReLU", "SwiGLU gate"), gate_value=-1.0))
+    assert gate.description == "gate: b" and gate.value == -1.0 and len(views) == len(gate.options) == 5
+    assert len(_pictures(views)) == 5  # each value of b its own picture
+    assert view_label(views[(3,)]) == "gate: b = 1"
+    (x_range,), views = live_views(activation_widget(["ReLU"]))  # no gate drawn: the range is the control
+    assert x_range.value == 4.0 and len(_pictures(views)) == len(views) == 3
+    assert view_label(views[(2,)]) == "x range ± = 8"
+    for kwargs, message in ((dict(names=["Swish"]), "names must be"), (dict(gate_value=0.3), "gate_value must be one of"),
+                            (dict(names=["ReLU"], x_max=3.0), "x_max must be one of")):
+        with pytest.raises(ValueError, match=message):
+            activation_widget(**kwargs)
 
 
 def test_norms_at_init_has_one_entry_per_block_and_is_seeded():
@@ -90,15 +104,17 @@ def test_norms_at_init_refuses_bad_input():
         norms_at_init("pre-norm", batch=-1)
     with pytest.raises(ValueError, match="profiles must hold"):
         plot_norms_at_init({})
-    with pytest.raises(ValueError, match="n_layers must be an int in"):
+    with pytest.raises(ValueError, match="n_layers must be one of"):
         norms_at_init_widget(n_layers=100)
+    with pytest.raises(ValueError, match="arrangements must be a non-empty selection"):
+        norms_at_init_widget(arrangements=("pre-norm", "double norm"))
 
 
-def test_every_arrangement_draws_and_the_widget_redraws():
+def test_every_arrangement_draws_and_the_widget_draws_every_state():
     profiles = depth_profiles(tuple(ARRANGEMENTS), n_layers=2, batch=2)
     assert len(plot_norms_at_init(profiles, title="two blocks").axes) == 2
-    depth, chooser, init, image = norms_at_init_widget(n_layers=2, arrangements=("pre-norm",)).children
-    before = image.value
-    assert before[:4] == b"\x89PNG"
-    depth.value = 3
-    assert image.value != before
+    (depth, init), views = live_views(norms_at_init_widget(n_layers=6, arrangements=("pre-norm",), init="gpt2"))
+    assert (depth.value, init.value) == (6, "gpt2") and len(views) == len(DEPTH_CHOICES) * 2
+    assert len(_pictures(views)) == len(views)  # each depth and initialisation its own picture
+    assert view_label(views[(2, 0)]) == "n_layers = 24 · init = Xavier"
+    assert "24 blocks at initialisation (Xavier)" in views[(2, 0)].children[1].value  # the alt text names the state

@@ -9,7 +9,9 @@ from matplotlib.figure import Figure
 
 from tutorial_lib.data.dates import DateVocab, encode_pairs, make_date_pairs
 from tutorial_lib.models.transformer import Transformer, TransformerConfig
+from tutorial_lib.widgets._live import live_views, view_label
 from tutorial_lib.widgets.seq2seq import (
+    cross_attention_view,
     cross_attention_weights,
     cross_attention_widget,
     plot_cross_attention,
@@ -87,18 +89,23 @@ def test_plot_cross_attention_stacks_one_map_per_example():
         plot_cross_attention(maps, ["x"], ["y"])
 
 
-def test_cross_attention_widget_draws_and_reports_bad_input(model_and_batch):
+def test_cross_attention_widget_draws_every_state_and_reports_bad_input(model_and_batch):
     model, _ = model_and_batch
-    box = cross_attention_widget(model.eval(), ["3 March 1997", "1/2/2003"])
-    text, layer, head, message, image = box.children
-    assert image.value and "->" in message.value
-    before = image.value
-    head.value = 2
-    assert image.value != before
-    text.value = "3 March 1997!"
-    assert "outside the date vocabulary" in message.value
-    with pytest.raises(ValueError, match="texts must hold at least one date"):
-        cross_attention_widget(model, [])
+    box = cross_attention_widget(model.eval(), ["3 March 1997", "1/2/2003"], layer=0, head=2)
+    (source, head), views = live_views(box)
+    assert (source.value, head.value) == ("3 March 1997", 2) and len(views) == 2 * 5  # the mean and 4 heads
+    pictures = {view.children[1].value for view in views.values()}
+    assert len(pictures) == len(views) and all('src="data:image/png;base64,' in p for p in pictures)  # each its own
+    assert view_label(views[(1, 0)]) == "source = 1/2/2003 · head = mean"
+    assert "1/2/2003 → " in views[(1, 0)].children[1].value and "layer 1, mean of the heads" in views[(1, 0)].children[1].value
+    for texts, message in ((["3 March 1997!"], "outside the date vocabulary"), ([], "texts must hold 1 to 4 dates"),
+                           (["1/2/2003"] * 2, "texts must hold different dates")):
+        with pytest.raises(ValueError, match=message):
+            cross_attention_widget(model, texts)
+    with pytest.raises(ValueError, match=r"head must be -1 \(the mean\) or an int in \[0, 3\]"):
+        cross_attention_widget(model, ["1/2/2003"], head=4)
+    with pytest.raises(ValueError, match=r"layer must be an int in \[-2, 1\]"):
+        cross_attention_view(model, "1/2/2003", layer=2)
 
 
 def test_plot_training_history_draws_losses_above_the_rate():

@@ -5,7 +5,6 @@ from __future__ import annotations
 import inspect
 import math
 
-import ipywidgets as widgets
 import pytest
 import torch
 from matplotlib.figure import Figure
@@ -13,8 +12,11 @@ from torch import nn
 
 from tutorial_lib.counting import count_parameters
 from tutorial_lib.models.gpt import GPT, GPTConfig
+from tutorial_lib.widgets._live import live_views, view_label
 from tutorial_lib.widgets.parameter_split import KINDS, parameters_by_kind, plot_parameter_split
 from tutorial_lib.widgets.residual_growth import (
+    WIDGET_DEPTHS,
+    WIDGET_WIDTHS,
     depth_sweep,
     final_stds,
     plot_residual_growth,
@@ -92,19 +94,21 @@ def test_plot_residual_growth_draws_two_panels_and_needs_both_curves():
         plot_residual_growth({key: value for key, value in growth.items() if key != (2, False)})
 
 
-def test_the_widget_redraws_when_a_control_moves():
-    widget = residual_growth_widget(n_layers=2, d_model=64)
-    assert isinstance(widget, widgets.VBox)
-    depth, width, image = widget.children
-    first = image.value
-    depth.value = 3
-    deeper = image.value
-    width.value = 128
-    assert len({first, deeper, image.value}) == 3
+def test_the_widget_draws_every_depth_and_width_for_the_browser():
+    widget = residual_growth_widget(n_layers=48)
+    controls, views = live_views(widget)
+    width, depth = controls
+    assert (width.value, depth.value) == (128, 48)
+    assert list(width.options) == list(WIDGET_WIDTHS) and list(depth.options) == list(WIDGET_DEPTHS)
+    assert len(views) == len(WIDGET_WIDTHS) * len(WIDGET_DEPTHS)
+    pictures = {view.children[1].value for view in views.values()}
+    assert len(pictures) == len(views) and all('src="data:image/png;base64,' in p for p in pictures)
+    assert view_label(views[(1, 5)]) == "d_model = 128 · n_layers = 48"
+    assert 'alt="Plot: n_layers = 48, d_model = 128 (x axis: after block' in views[(1, 5)].children[1].value
     with pytest.raises(ValueError, match="n_layers"):
         residual_growth_widget(n_layers=49)
     with pytest.raises(ValueError, match="d_model"):
-        residual_growth_widget(n_layers=2, d_model=100)
+        residual_growth_widget(n_layers=48, d_model=100)
 
 
 # --- the parameter split ----------------------------------------------------------------------------------------------

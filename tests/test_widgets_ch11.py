@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import ipywidgets as widgets
 import pytest
 import torch
 from matplotlib.figure import Figure
 
 from tutorial_lib.recipes.ablation import AblationResult
 from tutorial_lib.stats import compare_paired
+from tutorial_lib.widgets._live import live_views, view_label
 from tutorial_lib.widgets.ablation_curves import (
     BASELINE_COLOR,
+    TOGETHER,
     ablation_curves_widget,
     plot_ablation_curves,
     plot_ablation_deltas,
@@ -76,6 +77,7 @@ def test_the_overlay_draws_the_chosen_rows_and_curve():
     (lambda: plot_curve_overlay(RUNS, ["no_such_row"]), "rows must name runs"),
     (lambda: plot_curve_overlay(RUNS, ["baseline"], curve="test"), "curve must be one of"),
     (lambda: ablation_curves_widget(RUNS, curve="test"), "curve must be one of"),
+    (lambda: ablation_curves_widget(RUNS, ["no_such_row"]), "rows must name runs"),
     (lambda: plot_position_losses({}), "curves must be a non-empty mapping"),
     (lambda: plot_gradient_norms({}), "norms must be a non-empty mapping"),
     (lambda: plot_ablation_deltas({}), "comparisons must be a non-empty mapping"),
@@ -91,18 +93,21 @@ def test_the_deltas_refuse_plain_numbers(without_annotation_checks):
         plot_ablation_deltas({"a": 0.1})
 
 
-def test_the_widget_redraws_when_a_control_moves():
-    box = ablation_curves_widget(RUNS, ["baseline", "no_ffn"], reference_loss=3.3)
-    assert isinstance(box, widgets.VBox)
-    controls, image = box.children
-    choose, which = controls.children
-    first = bytes(image.value)
-    assert first.startswith(b"\x89PNG")
-    which.value = "training"
-    assert bytes(image.value) != first
-    second = bytes(image.value)
-    choose.value = ("no_norm",)
-    assert bytes(image.value) != second
+def test_the_widget_draws_each_row_against_the_baseline_and_every_curve_for_the_browser():
+    box = ablation_curves_widget(RUNS, ["baseline", "no_ffn", "no_norm"], reference_loss=3.3)
+    controls, views = live_views(box)
+    rows, curve = controls
+    others = [row for row in RUNS if row != "baseline"]
+    assert list(rows.options) == [TOGETHER, *others] and (rows.value, curve.value) == (TOGETHER, "validation")
+    assert list(curve.options) == ["validation", "training"] and len(views) == len(RUNS) * 2
+    pictures = {view.children[1].value for view in views.values()}
+    assert len(pictures) == len(views) and all('src="data:image/png;base64,' in p for p in pictures)
+    index = 1 + others.index("no_ffn")
+    assert view_label(views[(index, 1)]) == "rows = no_ffn · curve = training"
+    assert 'alt="Plot: training loss: no_ffn against baseline' in views[(index, 1)].children[1].value
+    assert 'alt="Plot: validation loss: baseline, no_ffn, no_norm' in views[(0, 0)].children[1].value
+    with pytest.raises(ValueError, match="other than the baseline"):
+        ablation_curves_widget({"baseline": RUNS["baseline"]})
 
 
 def test_position_losses_and_gradient_norms_are_drawn_on_log_scales():

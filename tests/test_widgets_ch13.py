@@ -27,7 +27,9 @@ from tutorial_lib.widgets.attention_costs import (
     training_step_memory,
 )
 from tutorial_lib.widgets.copy_heads import copy_head_scores, plot_copy_heads
+from tutorial_lib.widgets._live import live_views, view_label
 from tutorial_lib.widgets.tiling import (
+    WIDGET_BLOCKS,
     FULL,
     PARTIAL,
     SKIPPED,
@@ -133,8 +135,15 @@ def test_tile_counts_and_pictures() -> None:
     assert counts.scores_computed == 10 * 256 and counts.scores_total == 64 * 64
     assert tile_counts(64, 64, 16, 16, causal=False).computed == 16
     assert isinstance(plot_tile_grid(40, 40, 16, 8), Figure)
-    widget = tile_grid_widget(32, 8, 8)
-    assert widget.children[-1].value[:4] == b"\x89PNG"
+    controls, views = live_views(tile_grid_widget(32, 8, 16))
+    rows, cols = controls
+    assert (rows.value, cols.value) == (8, 16) and len(views) == len(WIDGET_BLOCKS) ** 2
+    pictures = {view.children[1].value for view in views.values()}
+    assert len(pictures) == len(views) and all('src="data:image/png;base64,' in p for p in pictures)
+    assert view_label(views[(0, 3)]) == "block_q = 4 · block_k = 32"
+    assert 'largest score tensor: 4 × 32, not 32 × 32' in views[(0, 3)].children[1].value  # the alt text, from the title
+    with pytest.raises(ValueError, match="block_k"):
+        tile_grid_widget(32, 8, 12)
     with pytest.raises(ValueError, match="block_q"):
         tile_grid(8, 8, 0, 4)
     with pytest.raises(ValueError, match="n_query <= n_key"):

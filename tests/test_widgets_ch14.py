@@ -9,6 +9,7 @@ import torch
 
 from tutorial_lib.attention import padding_mask
 from tutorial_lib.models.bert import BERTConfig, BERTForPreTraining
+from tutorial_lib.widgets._live import live_views, view_label
 from tutorial_lib.widgets.bert import (
     CLS_TARGETS,
     bert_attention,
@@ -124,12 +125,13 @@ def test_the_cls_figure_and_widget_draw():
         plot_cls_attention(torch.rand(3, 5), ["a"])
     weights = torch.rand(2, 3, 2, 5, 5)
     box = cls_attention_widget(weights, [["a"] * 5, ["b"] * 4], ["first", "second"])
-    pair, head, image = box.children
-    before = image.value
-    assert before[:4] == b"\x89PNG"
-    head.value = "1"
-    pair.value = 1
-    assert image.value != before
+    (pair, head), views = live_views(box)
+    assert (pair.value, head.value) == (0, "mean") and list(head.options) == ["mean", "0", "1"]
+    assert len(views) == 2 * 3
+    pictures = {view.children[1].value for view in views.values()}
+    assert len(pictures) == len(views) and all('src="data:image/png;base64,' in p for p in pictures)
+    assert view_label(views[(1, 2)]) == "pair = 2 · head = 1"
+    assert 'alt="Plot: second, head 1 (x axis: token the [CLS] query reads, y axis: layer)"' in views[(1, 2)].children[1].value
     with pytest.raises(ValueError, match="one entry per pair"):
         cls_attention_widget(weights, [["a"] * 5], ["first", "second"])
     assert math.isfinite(float(weights.sum()))

@@ -9,12 +9,14 @@ import pytest
 import torch
 
 from tutorial_lib.training import TrainConfig
+from tutorial_lib.widgets._live import live_views, view_label
 from tutorial_lib.widgets.lr_schedule import (
     SCHEDULE_KINDS,
     LRSchedule,
     lr_schedule_widget,
     plot_lr_schedules,
     plot_steps,
+    warmup_choices,
 )
 
 
@@ -139,30 +141,26 @@ def test_the_figure_has_one_panel_per_schedule():
         plot_lr_schedules([])
 
 
-def test_the_widget_constructs_and_follows_its_controls():
+def test_the_widget_draws_every_warmup_for_the_browser():
     widget = lr_schedule_widget("warmup_cosine", total_steps=1000, warmup_steps=100, peak_lr=1e-3, min_lr=1e-4)
     assert isinstance(widget, widgets.VBox)
-    kind, total, warmup, peak, final, d_model, image = widget.children
-    first = bytes(image.value)
-    assert first.startswith(b"\x89PNG")
-    assert d_model.disabled and not peak.disabled and not final.disabled
-    kind.value = "noam"  # Eq. (3): the peak follows from d_model and the warm-up
-    assert peak.disabled and final.disabled and not d_model.disabled
-    assert bytes(image.value) != first
-    kind.value = "constant"
-    assert final.disabled and not peak.disabled
-    total.value = 200
-    warmup.value = 150
-    total.value = 100  # the warm-up cannot outlast the run
-    assert warmup.max == 100 and warmup.value == 100
-    peak.value = 1e-2
-    assert bytes(image.value).startswith(b"\x89PNG")
+    (warmup,), views = live_views(widget)
+    assert warmup.value == 100 and [v for _, v in warmup.options] == [0, 10, 40, 100, 300] and len(views) == 5
+    pictures = {view.children[1].value for view in views.values()}
+    assert len(pictures) == len(views) and all('src="data:image/png;base64,' in p for p in pictures)  # each its own
+    assert view_label(views[(1,)]) == "warm-up = 10"
+    assert "warm-up + cosine: warmup 10, min 1.0e-04" in views[(1,)].children[1].value  # the alt text names it
+    (warmup,), views = live_views(lr_schedule_widget("noam", total_steps=100_000, warmup_steps=4000, d_model=512))
+    assert [label for label, _ in warmup.options] == ["0", "1,000", "4,000", "10,000", "30,000"]
+    assert "Noam, Eq. (3): warmup 4,000, d_model 512" in views[(2,)].children[1].value
 
 
 def test_the_widget_accepts_any_length_and_refuses_bad_settings():
-    widget = lr_schedule_widget(total_steps=1234, warmup_steps=10)
-    assert widget.children[1].value == 1234
+    (warmup,), _ = live_views(lr_schedule_widget(total_steps=1234, warmup_steps=10))
+    assert tuple(v for _, v in warmup.options) == warmup_choices(1234, 10) == (0, 10, 12, 49, 123, 370)
     with pytest.raises(ValueError, match="d_model"):
-        lr_schedule_widget(d_model=500)
+        lr_schedule_widget("noam", d_model=0)
     with pytest.raises(ValueError, match="warmup_steps"):
         lr_schedule_widget(total_steps=100, warmup_steps=200)
+    with pytest.raises(ValueError, match="kind must be one of"):
+        lr_schedule_widget("linear")

@@ -11,9 +11,13 @@ import pytest
 import torch
 
 from tutorial_lib.widgets import plot_masks, plot_saturation_grid
-from tutorial_lib.widgets.lr_schedule import LRSchedule, plot_lr_schedules
+from tutorial_lib.widgets.lr_schedule import LRSchedule, plot_lr_schedules, schedule_view
+from tutorial_lib.widgets.mask_explorer import mask_view
 from tutorial_lib.widgets.norms_at_init import depth_profiles, plot_norms_at_init
-from tutorial_lib.widgets.residual_growth import depth_sweep, plot_residual_growth
+from tutorial_lib.widgets.positions import positions_view
+from tutorial_lib.widgets.residual_growth import depth_sweep, plot_residual_growth, residual_growth_view
+from tutorial_lib.widgets.ring import plot_ring_step
+from tutorial_lib.widgets.rope import rope_similarity_view
 from tutorial_lib.widgets.sampling_distribution import plot_nucleus_sizes, plot_sampling_grid
 
 MAX_WIDTH_INCHES = 7.2
@@ -32,6 +36,12 @@ FIGURES = {
     "norms at init": lambda: plot_norms_at_init(depth_profiles(("pre-norm", "post-norm"), n_layers=2, batch=2)),
     "residual growth": lambda: plot_residual_growth(depth_sweep((1, 2), d_model=32, seq_len=8)),
     "sampling grid, three filters": lambda: plot_sampling_grid(torch.randn(20), [chr(97 + i) for i in range(20)], n_shown=10),
+    "mask explorer, one state": lambda: mask_view("causal + padding", seq_len=8, length=5),
+    "positions widget, one state": lambda: positions_view(20, 64, 100.0),
+    "schedule widget, one state": lambda: schedule_view(SCHEDULE),
+    "residual growth widget, one state": lambda: residual_growth_view(3, 64),
+    "RoPE widget, one state": lambda: rope_similarity_view(32, 100.0, max_offset=64),
+    "ring widget, 8 ranks": lambda: plot_ring_step(8, 7),
     "nucleus sizes of 70 positions": lambda: plot_nucleus_sizes(torch.randint(1, 9, (70,)), "x" * 70, top_p=0.9, top_k=5),
 }
 

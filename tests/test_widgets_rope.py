@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from tutorial_lib.rope import RotaryEmbedding
+from tutorial_lib.widgets._live import live_views, view_label
 from tutorial_lib.widgets.rope import (
     diagonal_spread,
     plot_equal_time,
@@ -68,11 +69,15 @@ def test_the_figures_and_the_widget_draw():
     assert len(plot_loss_by_position({"rope": torch.rand(8)}, train_n_ctx=4).axes) == 1
     record = {"history": {"eval_seconds": [1.0, 2.0], "val_loss": [2.5, 1.8]}}
     assert len(plot_equal_time({"gpt": record}, 1.9).axes) == 1
-    base, d_head, image = rope_widget(16, max_offset=64).children
-    assert image.value[:4] == b"\x89PNG"
-    before = image.value
-    base.value = 500000.0
-    assert image.value != before
+    controls, views = live_views(rope_widget(128, max_offset=64))
+    d_head, base = controls
+    assert (d_head.value, base.value) == (128, 10000.0) and len(views) == len(d_head.options) * len(base.options) == 12
+    pictures = {view.children[1].value for view in views.values()}
+    assert len(pictures) == len(views) and all('src="data:image/png;base64,' in p for p in pictures)
+    assert view_label(views[(1, 4)]) == "d_head = 128 · base = 500,000"
+    assert 'alt="Plot: d_head = 128, base 500,000: how much' in views[(1, 4)].children[1].value
+    with pytest.raises(ValueError, match="base"):
+        rope_widget(128, base=20000.0)
     with pytest.raises(ValueError, match="share their steps"):
         plot_runs({"x": [([1, 2], [1.0, 2.0]), ([1, 3], [1.0, 2.0])]})
     with pytest.raises(ValueError, match="d_head"):

@@ -6,14 +6,15 @@ from __future__ import annotations
 import inspect
 import math
 
-import ipywidgets as widgets
 import pytest
 import torch
 from matplotlib.figure import Figure
 
 from tutorial_lib.models.gpt import GPT, GPTConfig
 from tutorial_lib.sampling import sample_next_token
+from tutorial_lib.widgets._live import live_views, view_label
 from tutorial_lib.widgets.sampling_distribution import (
+    WIDGET_TEMPERATURES,
     entropy,
     filtered_distribution,
     next_token_logits,
@@ -139,21 +140,26 @@ def test_figures_reject_bad_arguments(labels, kwargs, argument):
         plot_sampling_distribution(LOGITS, labels, **kwargs)
 
 
-def test_the_widget_constructs_and_redraws():
-    widget = sampling_distribution_widget(LOGITS, LABELS, temperature=1.0)
-    assert isinstance(widget, widgets.VBox)
-    temperature, top_k, top_p, image = widget.children
-    first = bytes(image.value)
-    assert first.startswith(b"\x89PNG")
-    for slider, value in ((temperature, 0.5), (top_k, 2), (top_p, 0.5), (temperature, 0.0)):
-        before = bytes(image.value)
-        slider.value = value
-        assert bytes(image.value).startswith(b"\x89PNG") and bytes(image.value) != before, slider.description
+def test_the_widget_draws_every_temperature_and_filter_for_the_browser():
+    filters = (("no filter", None, None), ("top-k = 2", 2, None), ("top-p = 0.7", None, 0.7))
+    widget = sampling_distribution_widget(LOGITS, LABELS, filters=filters, n_shown=4)
+    controls, views = live_views(widget)
+    filter_buttons, temperature = controls
+    assert (filter_buttons.value, temperature.value) == ("no filter", 1.0)
+    assert [value for _, value in temperature.options] == list(WIDGET_TEMPERATURES)
+    assert len(views) == 3 * len(WIDGET_TEMPERATURES)
+    pictures = {view.children[1].value for view in views.values()}
+    assert len(pictures) == len(views)  # greedy too: its title names the selected filter
+    assert view_label(views[(1, 0)]) == "filter = top-k = 2 · temperature = 0"
+    assert 'alt="Plot: greedy (T = 0), top-k = 2' in views[(1, 0)].children[1].value
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "argument"), [({"temperature": 4.0}, "temperature"), ({"top_k": 5}, "top_k"), ({"top_p": 0.0}, "top_p")]
+    ("kwargs", "argument"),
+    [({"temperature": 0.7}, "temperature"), ({"filters": (("no filter", None, None),), "filter_name": "top-k = 9"}, "filter_name"),
+     ({"filters": (("top-k = 5", 5, None),), "filter_name": "top-k = 5"}, "top_k"),
+     ({"filters": (("top-p = 0", None, 0.0),), "filter_name": "top-p = 0"}, "top_p"), ({"filters": ()}, "filters")],
 )
-def test_the_widget_rejects_settings_its_sliders_cannot_show(kwargs, argument):
+def test_the_widget_rejects_settings_its_controls_cannot_show(kwargs, argument):
     with pytest.raises(ValueError, match=argument):
         sampling_distribution_widget(LOGITS, LABELS, **kwargs)

@@ -8,6 +8,8 @@
   is an error in every page's console); duplicates of a script are dropped.
 - **On a phone.** ``book.js`` wires the visible sidebar buttons that the theme leaves dead; ``book.css`` lets display
   equations scroll inside their box, wraps check verdicts instead of scrolling them, and keeps widgets in the width.
+- **Named controls.** ``book.js`` names each widget slider and group of toggle buttons after its description (the
+  widget manager leaves them nameless for a screen reader) and has a slider say the option its readout shows.
 - **Figures that say what they show.** A figure of the package stores its text alternative (its title and axes, see
   ``tutorial_lib.widgets._plotting.figure_alt``) in the output's metadata; MyST-NB reads only width and height from
   there, so the image renderer is wrapped to carry ``alt`` into the page's ``<img>`` too.
@@ -83,7 +85,8 @@ def _on_config_inited(app: Sphinx, config: Any) -> None:
 
 
 def _copy_assets(app: Sphinx) -> None:
-    """Copy .book-assets/ into _build/html/_vendor/ (only what changed), before any page refers to it."""
+    """Copy .book-assets/ into _build/html/_vendor/ (only what changed), before any page refers to it; what only the
+    browser suite uses (axe-core) stays out of the book."""
     if app.builder.format != "html":
         return
     target = Path(app.outdir) / "_vendor"

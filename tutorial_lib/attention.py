@@ -7,12 +7,15 @@ broadcastable to ``(..., query_pos, key_pos)``. It is the convention of ``F.scal
 from __future__ import annotations
 
 import math
-import numbers
 
 import torch
 import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
+
+# Shared argument checks (numpy integers accepted, long arguments shortened), under the names the chapter imports.
+from tutorial_lib.validation import check_positive_int as _check_positive_int
+from tutorial_lib.validation import shortened as _shortened
 
 
 def scaled_dot_product_attention(
@@ -101,9 +104,11 @@ def padding_mask(lengths: Int[Tensor, " batch"], seq_len: int) -> Bool[Tensor, "
     The singleton axis broadcasts over the queries: padding keys are hidden from every query.
     """
     _check_positive_int("seq_len", seq_len)
+    if isinstance(lengths, (list, tuple)) and all(type(n) is int for n in lengths):
+        lengths = torch.tensor(lengths, dtype=torch.long)  # [2, 3] says as much as a tensor
     if not isinstance(lengths, Tensor) or lengths.dim() != 1:
-        got = f"shape {tuple(lengths.shape)}" if isinstance(lengths, Tensor) else type(lengths).__name__
-        raise ValueError(f"lengths must be a 1-D integer tensor (one length per sequence), got {got}")
+        got = f"shape {tuple(lengths.shape)}" if isinstance(lengths, Tensor) else _shortened(lengths)
+        raise ValueError(f"lengths must be a 1-D integer tensor or list (one length per sequence), got {got}")
     if lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
         raise ValueError(f"lengths must be an integer tensor, got dtype {lengths.dtype}")
     if lengths.numel() and (lengths.min() < 0 or lengths.max() > seq_len):
@@ -161,15 +166,3 @@ def _check_qkv(q: object, k: object, v: object, mask: object) -> None:
         except RuntimeError:
             raise ValueError(f"mask must broadcast to the scores' shape {scores} (batch axes, query_pos, key_pos), "
                              f"got {tuple(mask.shape)}") from None
-
-
-def _shortened(value: object, limit: int = 80) -> str:
-    """``repr(value)``, cut to ``limit`` characters: an error message quotes the argument, not all of it."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit - 15]}… ({len(text)} characters)"
-
-
-def _check_positive_int(name: str, value: object) -> None:
-    """A positive integer: a Python int or a numpy/torch-free integral type (np.int64), never a bool."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {_shortened(value)}")

@@ -32,6 +32,7 @@ from torch.autograd.function import once_differentiable
 from tutorial_lib.attention import attention, sliding_window_mask
 from tutorial_lib.kv_cache import LayerKVCache
 from tutorial_lib.multi_head import MultiHeadAttention, merge_heads
+from tutorial_lib.validation import check_positive_int as _check_positive_int
 
 # ------------------------------------------------------------------------------------------------ sliding window
 
@@ -503,11 +504,6 @@ def _check_flash_inputs(q: object, k: object, v: object, causal: object, block_s
     if causal and q.shape[-2] > k.shape[-2]:
         raise ValueError(f"causal needs query_pos <= key_pos, got {q.shape[-2]} queries and {k.shape[-2]} keys")
     _check_positive_int("block_size", block_size)
-
-
-def _check_positive_int(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
 def _check_self_attention(q: Tensor, k: Tensor) -> None:

@@ -5,33 +5,31 @@ Every function is pure and takes an optional ``torch.Generator``, so a seeded ru
 
 from __future__ import annotations
 
-import numbers
-
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
+
+from tutorial_lib.validation import check_non_negative_int, check_positive_int, check_real, shortened
 
 
 def apply_temperature(logits: Float[Tensor, "batch d_vocab"], temperature: float) -> Float[Tensor, "batch d_vocab"]:
     """softmax(logits / T): T < 1 sharpens the distribution, T > 1 flattens it. Divide the *logits*, not the
     probabilities."""
-    if not temperature > 0:
+    if not check_real("temperature", temperature) > 0:
         raise ValueError(f"temperature must be > 0 here (0 means greedy: use argmax), got {temperature!r}")
     return logits / temperature
 
 
 def top_k_filter(logits: Float[Tensor, "batch d_vocab"], top_k: int) -> Float[Tensor, "batch d_vocab"]:
     """Keep the ``top_k`` largest logits (and any tied with the k-th), set the rest to -inf."""
-    if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 1:
-        raise ValueError(f"top_k must be a positive int, got {top_k!r}")
-    top_k = min(top_k, logits.shape[-1])
+    top_k = min(check_positive_int("top_k", top_k), logits.shape[-1])
     kth_largest = torch.topk(logits, top_k, dim=-1).values[:, -1:]
     return logits.masked_fill(logits < kth_largest, float("-inf"))
 
 
 def top_p_filter(logits: Float[Tensor, "batch d_vocab"], top_p: float) -> Float[Tensor, "batch d_vocab"]:
     """Nucleus sampling: keep the smallest set of most likely tokens whose probability reaches ``top_p``."""
-    if not 0.0 < top_p <= 1.0:
+    if not 0.0 < check_real("top_p", top_p) <= 1.0:
         raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
     sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
     probs = torch.softmax(sorted_logits, dim=-1)
@@ -51,9 +49,12 @@ def sample_next_token(
 ) -> Int[Tensor, " batch"]:
     """One token id per row. ``temperature=0`` is greedy (argmax, ``top_k``/``top_p`` irrelevant); otherwise the
     logits are divided by the temperature, filtered by top-k then top-p, and sampled."""
-    if logits.dim() != 2:
-        raise ValueError(f"logits must have shape (batch, d_vocab), got {tuple(logits.shape)}")
-    if temperature < 0:
+    if not isinstance(logits, Tensor) or logits.dim() != 2 or not logits.dtype.is_floating_point:
+        got = f"shape {tuple(logits.shape)} and dtype {logits.dtype}" if isinstance(logits, Tensor) else shortened(logits)
+        raise ValueError(f"logits must be a floating-point tensor of shape (batch, d_vocab), got {got}")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise ValueError(f"generator must be a torch.Generator or None, got {shortened(generator)}")
+    if check_real("temperature", temperature) < 0:
         raise ValueError(f"temperature must be >= 0, got {temperature!r}")
     if temperature == 0:
         return logits.argmax(dim=-1)
@@ -88,15 +89,21 @@ def generate(
     read); a cache cannot slide under learned positions, so it is then rebuilt. The same generator gives the same
     tokens either way. The model runs in eval mode (no dropout) and is put back in its previous mode.
     """
+    if not isinstance(model, nn.Module) or not isinstance(getattr(getattr(model, "cfg", None), "n_ctx", None), int):
+        raise ValueError(f"model must be a language model (an nn.Module whose cfg gives n_ctx, such as GPT), got "
+                         f"{shortened(model)}")
     if not isinstance(tokens, Tensor):
-        raise ValueError(f"tokens must be an integer tensor of shape (batch, seq), got {type(tokens).__name__}: "
-                         f"wrap a list in torch.tensor(...)")
+        raise ValueError(f"tokens must be an integer tensor of shape (batch, seq), got {shortened(tokens)}: "
+                         f"wrap a list of lists in torch.tensor(...)")
     if tokens.dim() != 2 or tokens.shape[1] < 1:
         raise ValueError(f"tokens must have shape (batch, seq) with seq >= 1, got {tuple(tokens.shape)}")
     if tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
         raise ValueError(f"tokens must hold integer token ids, got dtype {tokens.dtype}")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be a non-negative int, got {max_new_tokens!r}")
+    d_vocab = getattr(model.cfg, "d_vocab", None)
+    if isinstance(d_vocab, int) and tokens.numel() and (tokens.min() < 0 or tokens.max() >= d_vocab):
+        raise ValueError(f"tokens must hold ids in [0, d_vocab={d_vocab}), got ids from {tokens.min().item()} to "
+                         f"{tokens.max().item()}")
+    max_new_tokens = check_non_negative_int("max_new_tokens", max_new_tokens)
     n_ctx = model.cfg.n_ctx
     was_training = model.training
     model.eval()

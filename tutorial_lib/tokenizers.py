@@ -17,6 +17,7 @@ the textbook example of the chapter runs it on characters, :class:`BPETokenizer`
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -26,6 +27,9 @@ from typing import TypeVar
 import torch
 from jaxtyping import Int
 from torch import Tensor
+
+from tutorial_lib.validation import check_non_negative_int as _check_non_negative_int
+from tutorial_lib.validation import shortened
 
 Symbol = TypeVar("Symbol")  # what BPE merges: a character, a byte string, or a token id
 
@@ -62,6 +66,7 @@ class CharTokenizer:
         return len(self.vocab)
 
     def encode(self, text: str) -> list[int]:
+        _check_text(text)
         ids = []
         for position, char in enumerate(text):
             if char not in self._ids:
@@ -211,6 +216,7 @@ PRETOKENIZE_PATTERN = re.compile(r"""'(?:[sdmt]|ll|ve|re)| ?[^\W\d_]+| ?\d+| ?(?
 
 def pretokenize(text: str) -> list[str]:
     """Split ``text`` into the words BPE works within; ``"".join(pretokenize(text)) == text``."""
+    _check_text(text)
     return PRETOKENIZE_PATTERN.findall(text)
 
 
@@ -300,6 +306,7 @@ class BPETokenizer:
     def encode(self, text: str, *, allow_special: bool = True) -> list[int]:
         """The ids of ``text``. Each special token in it becomes its one id, unless ``allow_special`` is False (text
         from a user, say, where ``"<eos>"`` should not end the sequence): then it is encoded as the plain text it is."""
+        _check_text(text)
         if self._special_pattern is None or not allow_special:
             return self._encode_ordinary(text)
         ids = []
@@ -337,17 +344,21 @@ class BPETokenizer:
         return f"BPETokenizer(d_vocab={self.d_vocab}, n_merges={len(self.merges)}{specials})"
 
 
+def _check_text(text: object) -> None:
+    if not isinstance(text, str):
+        raise ValueError(f"text must be a string, got {shortened(text)}")
+
+
 def _as_id_list(ids: Sequence[int] | Tensor, d_vocab: int) -> list[int]:
     if isinstance(ids, Tensor):
         if ids.ndim != 1 or ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
             raise ValueError(f"ids must be a 1-D integer tensor, got shape {tuple(ids.shape)} and dtype {ids.dtype}")
         ids = ids.tolist()
+    elif hasattr(ids, "tolist") and getattr(ids, "ndim", None) == 1:  # a NumPy array of ids
+        ids = ids.tolist()
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
+        raise ValueError(f"ids must be a list or 1-D tensor of token ids, got {shortened(ids)}")
     for position, i in enumerate(ids):
-        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < d_vocab:
-            raise ValueError(f"ids must lie in [0, d_vocab={d_vocab}), got {i!r} at position {position}")
-    return list(ids)
-
-
-def _check_non_negative_int(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+        if isinstance(i, bool) or not isinstance(i, numbers.Integral) or not 0 <= i < d_vocab:
+            raise ValueError(f"ids must lie in [0, d_vocab={d_vocab}), got {shortened(i)} at position {position}")
+    return [int(i) for i in ids]

@@ -58,3 +58,39 @@ if (window.MathJax && window.MathJax.startup && window.MathJax.startup.promise) 
   window.MathJax.startup.promise.then(markWideInlineMath);
   window.addEventListener("resize", markWideInlineMath);
 }
+
+// Widget controls need an accessible name. The widget manager draws a slider's description as a <label> tied to
+// nothing and its handle as a bare `role="slider"` element, so a screen reader announced "slider, 4" (and axe-core
+// fails the page: aria-input-field-name); a group of toggle buttons is announced without its description either.
+// Each handle is named after its description and says the value its readout shows, each button group is named after
+// its description; widgets are drawn after the page has loaded and change as a reader moves them, so each change of
+// the page names (and re-reads) them again, once per frame.
+function nameWidgetControls(root) {
+  for (const control of root.querySelectorAll(".widget-slider, .widget-toggle-buttons")) {
+    const label = control.querySelector(":scope > .widget-label");
+    const name = label ? label.textContent.trim() : "";
+    if (!name) continue;
+    if (!label.id) label.id = `book-widget-label-${++nameWidgetControls.count}`;
+    // A selection slider's value is an index (noUiSlider says "4"); the readout shows the option ("512").
+    const readout = control.querySelector(".widget-readout");
+    for (const handle of control.querySelectorAll('.noUi-handle[role="slider"]')) {
+      if (!handle.hasAttribute("aria-labelledby")) handle.setAttribute("aria-labelledby", label.id);
+      if (readout && readout.textContent.trim()) handle.setAttribute("aria-valuetext", readout.textContent.trim());
+    }
+    const buttons = control.querySelector(":scope > div:not(.slider-container)");
+    if (control.classList.contains("widget-toggle-buttons") && buttons && !buttons.hasAttribute("role")) {
+      buttons.setAttribute("role", "group");
+      buttons.setAttribute("aria-labelledby", label.id);
+    }
+  }
+}
+nameWidgetControls.count = 0;
+let namingScheduled = false;  // one pass per frame, however many elements the widget manager and MathJax add
+new MutationObserver(() => {
+  if (namingScheduled) return;
+  namingScheduled = true;
+  requestAnimationFrame(() => {
+    namingScheduled = false;
+    nameWidgetControls(document);
+  });
+}).observe(document.documentElement, {childList: true, subtree: true});

@@ -10,6 +10,11 @@
   present, is merged first), which is not the most frequent pair of the word.
 - ``01.decode`` turns token ids back into text through the bytes of the whole sequence, so that a character whose
   UTF-8 bytes fall in two tokens survives, and an incomplete character becomes U+FFFD instead of an error.
+- ``01.train_merges`` (the build exercise) composes the pieces into the BPE trainer: its merges must equal
+  :func:`~tutorial_lib.tokenizers.train_bpe`'s, in order; the catalogue holds the composition mistakes (counting once,
+  never rewriting the words, ties by table order, no early stop).
+- ``01.predict_length`` (predict, then measure) asks how many tokens the hug table takes after its three merges: each
+  merge saves as many tokens as its count.
 
 As in ``ch03``, the mistakes are written the way a learner would write them and carry no annotations.
 """
@@ -23,6 +28,7 @@ import torch
 
 from tutorial_lib import tokenizers as reference
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register
+from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 
 # --- 01.count_pairs -----------------------------------------------------------------------------------------------------
 
@@ -624,4 +630,186 @@ DECODE = Exercise(
     ),
 )
 
-register(COUNT_PAIRS, BEST_PAIR, MERGE, ENCODE_WORD, DECODE)
+
+# --- 01.train_merges (build: the pieces above, composed into the trainer) ------------------------------------------------
+
+
+def reference_train_merges(word_counts, n_merges):
+    """The merges ``train_bpe`` learns from a table of words (strings) and their counts, in order."""
+    return reference.train_bpe(word_counts, n_merges).merges
+
+
+def _train_cases(generator: torch.Generator) -> list[Case]:
+    return [
+        Case.of(word_counts=dict(HUG_WORDS), n_merges=4, note="hug, pug, pun, bun, hugs: merges that build on merges"),
+        Case.of(word_counts={"aaabdaaabac": 1}, n_merges=3, note="aaabdaaabac: a tie after the first merge"),
+        Case.of(word_counts={"low": 5, "lower": 2, "newest": 6, "widest": 3}, n_merges=8,
+                note="low, lower, newest, widest with counts 5, 2, 6, 3"),
+        Case.of(word_counts={"ab": 3, "b": 2, "ba": 1}, n_merges=5,
+                note="more merges asked for than the words allow: stop when every word is one token"),
+        Case.of(word_counts={"w": 9, "zy": 4, "xy": 1, "yz": 4}, n_merges=2,
+                note="the most frequent word has no pair, and (z, y), seen first, ties with (y, z)"),
+    ]
+
+
+def _recount(words, counts):
+    pairs = {}
+    for word, count in zip(words, counts):
+        for pair in zip(word, word[1:]):
+            pairs[pair] = pairs.get(pair, 0) + count
+    return pairs
+
+
+def _trainer(*, weighted=True, recount=True, update_words=True, pick="smallest", stop=True, returns="pairs"):
+    """The merge loop with one composition choice made wrongly (the learner's own versions of count, pick, merge)."""
+    def train_merges(word_counts, n_merges):
+        words = [list(word) for word in word_counts]
+        counts = [count if weighted else 1 for count in word_counts.values()]
+        pairs = _recount(words, counts)
+        merges = []
+        for _ in range(n_merges):
+            if recount:
+                pairs = _recount(words, counts)
+            if stop and not pairs:
+                break
+            if pick == "smallest":
+                pair = min(pairs.items(), key=lambda item: (-item[1], item[0]))[0]
+            elif pick == "max_builtin":
+                pair = max(pairs.items(), key=lambda item: item[1])[0]
+            else:  # "min_builtin": the same loop written with min, whose empty-table error reads differently
+                pair = min(pairs.items(), key=lambda item: -item[1])[0]
+            if not recount:
+                del pairs[pair]
+            merges.append(pair if returns == "pairs" else pair[0] + pair[1])
+            if update_words:
+                words = [reference.merge_pair(word, pair, pair[0] + pair[1]) for word in words]
+        return merges
+
+    return train_merges
+
+
+def _one_merge_short(word_counts, n_merges):
+    return reference.train_bpe(word_counts, max(n_merges - 1, 0)).merges
+
+
+def _least_frequent(word_counts, n_merges):
+    words, counts, merges = [list(word) for word in word_counts], list(word_counts.values()), []
+    for _ in range(n_merges):
+        pairs = _recount(words, counts)
+        if not pairs:
+            break
+        pair = min(pairs.items(), key=lambda item: (item[1], item[0]))[0]
+        merges.append(pair)
+        words = [reference.merge_pair(word, pair, pair[0] + pair[1]) for word in words]
+    return merges
+
+
+def _first_word_only(word_counts, n_merges):
+    words, counts, merges = [list(word) for word in word_counts], list(word_counts.values()), []
+    for _ in range(n_merges):
+        pairs = _recount(words, counts)
+        if not pairs:
+            break
+        pair = min(pairs.items(), key=lambda item: (-item[1], item[0]))[0]
+        merges.append(pair)
+        for i, word in enumerate(words):  # applies the merge to the first word that holds the pair, then stops
+            merged = reference.merge_pair(word, pair, pair[0] + pair[1])
+            if len(merged) < len(word):
+                words[i] = merged
+                break
+    return merges
+
+
+def _as_merges(value):
+    if not isinstance(value, (list, tuple)):
+        raise WrongOutput("wrong_type", f"train_merges should return a list of pairs, got {type(value).__name__}")
+    return [tuple(pair) if isinstance(pair, (list, tuple)) else pair for pair in value]
+
+
+TRAIN_MERGES = Exercise(
+    id="01.train_merges",
+    reference=reference_train_merges,
+    cases=_train_cases,
+    call=lambda train_merges, args: _as_merges(train_merges(*args)),
+    points=3,
+    outputs=("the list of merges",),
+    checked=(
+        "the hug table (merges that build on merges), aaabdaaabac (a tie), low/lower/newest/widest, a table that runs "
+        "out of pairs before n_merges, and a tie whose pairs were first seen in the other order: the "
+        "same merges as tutorial_lib's train_bpe, in the same order"
+    ),
+    hint=(
+        "each round: count the pairs of the words as they are now (weighted by the counts), pick the best pair, "
+        "record it, and apply it to every word before the next round; stop early when no pair is left."
+    ),
+    mistakes=(
+        Mistake("counted_once", "counted the pairs once, before the first merge, and took the most frequent ones",
+                "Merges build on merges: after u + g, the word hugs holds (h, ug), a pair the first count never saw. "
+                "Count the pairs again in every round, on the words as the merges left them.",
+                (_trainer(recount=False),)),
+        Mistake("words_not_updated", "never applied the chosen merge to the words, so every round picks the same pair",
+                "After choosing a pair, rewrite every word with it (your `merge` from exercise 3) before counting "
+                "again.", (_trainer(update_words=False),)),
+        Mistake("unweighted_counts", "counted each word once, whatever its count",
+                "A word that occurs 12 times contributes its pairs 12 times: add the word's count, not 1.",
+                (_trainer(weighted=False),)),
+        Mistake("ties_by_table_order", "broke ties by the order of the pair table (max or min over counts only)",
+                "Among pairs of equal count the smallest pair wins (your `best_pair` from exercise 2), so the result "
+                "does not depend on the order in which the pairs were first seen.",
+                (_trainer(pick="max_builtin"), _trainer(pick="min_builtin"))),
+        Mistake("no_early_stop", "kept looping after every word had become one token, and raised on an empty table",
+                "When the pair table is empty there is nothing left to merge: stop with fewer merges than asked for.",
+                (_trainer(stop=False), _trainer(stop=False, pick="max_builtin"),
+                 _trainer(stop=False, pick="min_builtin"))),
+        Mistake("new_tokens_returned", "returned the new tokens ('ug') instead of the pairs (('u', 'g'))",
+                "A merge is the pair that was joined: record `pair`, not `pair[0] + pair[1]` (the encoder needs both "
+                "halves).", (_trainer(returns="tokens"),)),
+    ),
+    mutants=(
+        Mutant("one_merge_short", "learns n_merges - 1 merges", _one_merge_short),
+        Mutant("least_frequent", "merges the least frequent pair each round", _least_frequent),
+        Mutant("first_word_only", "applies each merge to the first word that holds the pair only", _first_word_only),
+    ),
+)
+
+
+# --- 01.predict_length (predict, then measure: how much the merges shorten the text) --------------------------------
+
+
+def tokens_after_merges(word_counts, n_merges):
+    """How many tokens the whole table takes (each word's tokens times its count) after ``n_merges`` merges."""
+    learned = reference.train_bpe(word_counts, n_merges)
+    return sum(len(learned.segmentations[word]) * count for word, count in word_counts.items())
+
+
+PREDICT_LENGTH = predict_number(
+    "01.predict_length",
+    measure=lambda: tokens_after_merges(HUG_WORDS, 3),
+    question="tokens of the hug table after 3 merges",
+    within=1.25,
+    points=1,
+    misconceptions=[
+        Misconception("no_shortening", 113,
+                      "expected the merges to leave the text as long as it was (113 tokens)",
+                      "A merge adds a token to the vocabulary *and* replaces each occurrence of its pair, two tokens, "
+                      "by one: the text gets shorter."),
+        Misconception("one_per_merge", 110,
+                      "expected each merge to save one token (113 - 3)",
+                      "A merge replaces every occurrence of its pair, weighted by the words' counts: the first merge, "
+                      "(u, g) with count 20, alone saves 20 tokens. Each merge saves its count."),
+        Misconception("one_per_word", 36,
+                      "expected every word to end as one token (36 word occurrences)",
+                      "Three merges make hug one token, but pug, pun, bun and hugs still take two each: only the "
+                      "merges learned turn into tokens."),
+        Misconception("unweighted", 9,
+                      "counted each distinct word once (9 tokens in the 5 words)",
+                      "The table holds hug 10 times and pun 12 times: multiply each word's tokens by its count."),
+    ],
+    mutants=[
+        wrong_prediction("far_too_long", 300, "more tokens than the text has characters"),
+        wrong_prediction("far_too_short", 20, "fewer tokens than words in the text, yet no misconception"),
+    ],
+    hint="Each merge replaces every occurrence of its pair by one token: it saves as many tokens as its count.",
+)
+
+register(COUNT_PAIRS, BEST_PAIR, MERGE, ENCODE_WORD, DECODE, TRAIN_MERGES, PREDICT_LENGTH)

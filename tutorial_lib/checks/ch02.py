@@ -5,6 +5,11 @@
 - ``02.position_rows`` reads rows of a learned position table from ``offset`` on, as a KV cache needs when new tokens
   continue cached ones, and refuses (``ValueError``) a window that runs past the table.
 - ``02.scaled_embedding`` looks up token vectors and multiplies them by √d_model (§3.4).
+- ``02.embed_inputs`` (the build exercise) composes them into the Transformer's input layer: scaled token rows plus
+  the position rows from ``offset`` on; the catalogue holds the composition mistakes (the sum scaled, positions looked up
+  by token id or along the batch axis, the offset ignored).
+- ``02.predict_position_norm`` (predict, then measure) asks for the norm of one sinusoidal encoding: √(d_model / 2),
+  since each (sin, cos) pair adds 1 to the squared norm.
 
 As in ``ch03``, the mistakes are written the way a learner would write them and carry no annotations.
 """
@@ -16,6 +21,7 @@ import math
 import torch
 
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
+from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 from tutorial_lib.embeddings import check_sequence_fits, sinusoidal_positional_encoding
 
 # --- 02.sinusoidal ------------------------------------------------------------------------------------------------------
@@ -326,4 +332,161 @@ SCALED_EMBEDDING = Exercise(
     ),
 )
 
-register(SINUSOIDAL, POSITION_ROWS, SCALED_EMBEDDING)
+
+# --- 02.embed_inputs (build: the input layer of the Transformer, composed of the pieces above) ----------------------
+
+
+def reference_embed_inputs(tokens, weight, pe, offset):
+    """§3.4 + §3.5: each token's row of ``weight`` times √d_model, plus the row of ``pe`` for its position.
+
+    Positions are ``offset``, ``offset + 1``, … along the sequence axis (the last axis of ``tokens``); ValueError when
+    they run past ``pe``.
+    """
+    return reference_scaled_embedding(tokens, weight) + reference_position_rows(pe, tokens.shape[-1], offset)
+
+
+def _inputs_cases(generator: torch.Generator) -> list[Case]:
+    def randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator, dtype=dtype)
+
+    return [
+        Case.of(tokens=torch.tensor([[3, 0, 3, 9, 1], [1, 1, 2, 7, 4]]), weight=randn(10, 8),
+                pe=sinusoidal_positional_encoding(16, 8), offset=0, note="a batch of two prompts, sinusoidal positions"),
+        Case.of(tokens=torch.tensor([[5, 2, 6]]), weight=randn(7, 6, dtype=torch.float64),
+                pe=randn(9, 6, dtype=torch.float64), offset=4, note="3 new tokens after 4 cached ones, a learned table"),
+        Case.of(tokens=torch.tensor([[2], [0], [2]]), weight=randn(3, 4), pe=randn(12, 4), offset=7,
+                note="a batch of 3, one new token each after 7 cached ones"),
+        Case.of(tokens=torch.tensor([[1, 1, 0, 1]]), weight=randn(2, 16), pe=sinusoidal_positional_encoding(8, 16),
+                offset=0, note="the same token at four positions"),
+        Case.of(tokens=torch.tensor([[0, 1, 2, 3]]), weight=randn(4, 4), pe=randn(6, 4), offset=3,
+                note="past the table: a ValueError"),
+    ]
+
+
+def _inputs_with(*, scale_at="token", rows="offset", check=True):
+    """The input layer with one composition choice made wrongly, as a learner combines the three exercises."""
+    def embed_inputs(tokens, weight, pe, offset):
+        seq = tokens.shape[-1]
+        if check and offset + seq > pe.shape[0]:
+            raise ValueError("the positions do not fit in the table")
+        if rows == "offset":
+            positions = pe[offset : offset + seq]
+        elif rows == "from_zero":
+            positions = pe[:seq]
+        elif rows == "token_ids":
+            positions = pe[tokens]
+        else:  # "batch_axis": one position per sequence of the batch, shared by all its tokens
+            positions = pe[offset : offset + tokens.shape[0]][:, None, :]
+        scale = math.sqrt(weight.shape[1])
+        if scale_at == "token":
+            return weight[tokens] * scale + positions
+        if scale_at == "sum":
+            return (weight[tokens] + positions) * scale
+        if scale_at == "positions":
+            return weight[tokens] + positions * scale
+        return weight[tokens] + positions  # "nowhere"
+
+    return embed_inputs
+
+
+def _concatenated(tokens, weight, pe, offset):
+    seq = tokens.shape[-1]
+    if offset + seq > pe.shape[0]:
+        raise ValueError("the positions do not fit in the table")
+    positions = pe[offset : offset + seq].expand(*tokens.shape, pe.shape[1])
+    return torch.cat([weight[tokens] * math.sqrt(weight.shape[1]), positions], dim=-1)
+
+
+def _positions_subtracted(tokens, weight, pe, offset):
+    return reference_scaled_embedding(tokens, weight) - reference_position_rows(pe, tokens.shape[-1], offset)
+
+
+def _one_position_late(tokens, weight, pe, offset):
+    return reference_embed_inputs(tokens, weight, pe, offset + 1) if offset + tokens.shape[-1] < pe.shape[0] \
+        else reference_embed_inputs(tokens, weight, pe, offset)
+
+
+def _scaled_by_d_model_both(tokens, weight, pe, offset):
+    return weight[tokens] * weight.shape[1] + reference_position_rows(pe, tokens.shape[-1], offset)
+
+
+EMBED_INPUTS = Exercise(
+    id="02.embed_inputs",
+    reference=reference_embed_inputs,
+    cases=_inputs_cases,
+    points=3,
+    outputs=("the layer's output",),
+    axes={"the layer's output": "seq d_model"},
+    checked=(
+        "a batch of prompts with sinusoidal positions, new tokens after cached ones with a learned table (float64), a "
+        "batch of single new tokens, the same token at four positions, and a window past the table (ValueError)"
+    ),
+    hint=(
+        "scale the looked-up token rows by √d_model (exercise 3), then add the position rows offset … offset + seq - 1 "
+        "(exercise 2), one per position along the last axis of tokens, the same for every sequence of the batch."
+    ),
+    mistakes=(
+        Mistake("scaled_the_sum", "multiplied the sum token + position by √d_model",
+                "§3.4 scales the embedding weights only: the positions are added after the scaling, "
+                "`token_rows * √d_model + position_rows`.", (_inputs_with(scale_at="sum"),)),
+        Mistake("scaled_the_positions", "scaled the positions by √d_model instead of the tokens",
+                "The factor belongs to the token embedding: it lifts the token vectors to the size of the positional "
+                "ones.", (_inputs_with(scale_at="positions"),)),
+        Mistake("not_scaled", "added the positions to unscaled token rows",
+                "§3.4: the token rows are multiplied by √d_model before the positions are added; without it the sum is "
+                "almost all position.", (_inputs_with(scale_at="nowhere"),)),
+        Mistake("positions_by_token_id", "looked up the position table with the token ids",
+                "The position table is indexed by where a token stands (offset, offset + 1, …), not by which token it "
+                "is: `pe[tokens]` makes two equal tokens share a position.", (_inputs_with(rows="token_ids"),)),
+        Mistake("offset_ignored", "ignored the offset, so new tokens get the positions of the first ones",
+                "After `offset` cached tokens, the first new one stands at position `offset`: read the rows from "
+                "there (exercise 2).", (_inputs_with(rows="from_zero"),)),
+        Mistake("positions_along_the_batch", "took one position per sequence of the batch instead of one per token",
+                "tokens is (batch, seq): the positions run along the last axis, `tokens.shape[-1]` rows, broadcast "
+                "over the batch.", (_inputs_with(rows="batch_axis"),)),
+        Mistake("concatenated", "concatenated the positions to the token vectors instead of adding them",
+                "§3.5: the positional encodings are *summed* with the embeddings, so both have d_model columns and "
+                "the result keeps d_model.", (_concatenated,)),
+    ),
+    mutants=(
+        Mutant("positions_subtracted", "subtracts the positions", _positions_subtracted),
+        Mutant("one_position_late", "reads positions from offset + 1", _one_position_late),
+        Mutant("scaled_by_d_model", "scales the tokens by d_model instead of √d_model", _scaled_by_d_model_both),
+    ),
+)
+
+
+# --- 02.predict_position_norm (predict, then measure: how large a positional encoding is) ----------------------------
+
+
+def position_norm(d_model=64, position=37):
+    """The Euclidean norm of one row of the sinusoidal table of §3.5 (the package's, float32)."""
+    return sinusoidal_positional_encoding(position + 1, d_model)[position].norm().item()
+
+
+PREDICT_POSITION_NORM = predict_number(
+    "02.predict_position_norm",
+    measure=position_norm,
+    question="the norm of PE(37) at d_model = 64",
+    within=1.25,
+    points=1,
+    misconceptions=[
+        Misconception("unit_vector", 1.0, "expected a positional encoding to be a unit vector",
+                      "Each of the d_model / 2 pairs (sin, cos) is a point on the unit circle, so each pair contributes "
+                      "1 to the squared norm: nothing normalises the whole row."),
+        Misconception("every_entry_one", 8.0, "expected every entry to be ±1, which gives √d_model",
+                      "sin and cos of the same angle are never both ±1: sin² + cos² = 1 per pair, so the squared norm "
+                      "is d_model / 2, not d_model."),
+        Misconception("squared_norm", 32.0, "gave the squared norm, d_model / 2, without the square root",
+                      "The squared norm is d_model / 2 = 32: the norm is its square root."),
+        Misconception("d_model", 64.0, "expected the norm to be d_model",
+                      "A norm adds squares, then takes a root: each pair adds sin² + cos² = 1."),
+    ],
+    mutants=[
+        wrong_prediction("far_too_large", 500.0, "the norm of a row of 64 numbers between -1 and 1 cannot pass 8"),
+        wrong_prediction("too_small", 2.5, "a guess between the unit vector and the truth"),
+    ],
+    hint="Group the row into its d_model / 2 pairs (sin, cos) of one angle: what does each pair add to the squared norm?",
+)
+
+register(SINUSOIDAL, POSITION_ROWS, SCALED_EMBEDDING, EMBED_INPUTS, PREDICT_POSITION_NORM)

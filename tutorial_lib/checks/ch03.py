@@ -3,6 +3,10 @@
 Each mistake is written the way a learner would write it: the reference with exactly one thing wrong. The mistakes
 carry no annotations on purpose: under the test suite's jaxtyping hook an annotation would turn a mistake's own shape
 error into a type-check error, which is not what the learner's code raises.
+
+``03.padded_causal_attention`` (the build exercise) composes attention with a causal and a padding mask together; its
+catalogue holds the composition mistakes (masks combined with ``|``, one of them forgotten, the padding on the query
+axis). ``03.predict_variance`` (predict, then measure) asks for the variance of q·k at d_k = 64 before scaling.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import torch
 
 from tutorial_lib import attention as reference
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
+from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 
 # --- 03.attention ---------------------------------------------------------------------------------------------------
 
@@ -155,6 +160,7 @@ def _unmasked_weights_returned(q, k, v, mask=None):
 
 ATTENTION = Exercise(
     id="03.attention",
+    gradients=True,  # trained in the book: a detached or no_grad path must not pass
     reference=reference.scaled_dot_product_attention,
     cases=_attention_cases,
     points=2,
@@ -442,4 +448,160 @@ SLIDING_WINDOW_MASK = Exercise(
     ),
 )
 
-register(ATTENTION, CAUSAL_MASK, PADDING_MASK, SLIDING_WINDOW_MASK)
+
+# --- 03.padded_causal_attention (build: attention with a padding and a causal mask together) ---------------------------
+
+
+def reference_padded_causal_attention(q, k, v, lengths):
+    """Decoder self-attention over a right-padded batch: a query may attend to a key that is neither in its future
+    nor padding (the causal mask *and* the padding mask), by Eq. (1); returns ``(out, weights)``."""
+    seq_len = k.shape[-2]
+    mask = reference.causal_mask(seq_len) & reference.padding_mask(lengths, seq_len)
+    return reference.scaled_dot_product_attention(q, k, v, mask)
+
+
+def _padded_cases(generator: torch.Generator) -> list[Case]:
+    def randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator, dtype=dtype)
+
+    return [
+        Case.of(q=randn(2, 4, 8), k=randn(2, 4, 8), v=randn(2, 4, 8), lengths=torch.tensor([4, 2]),
+                note="two sequences, the second padded after 2 tokens"),
+        Case.of(q=randn(3, 5, 4, dtype=torch.float64), k=randn(3, 5, 4, dtype=torch.float64),
+                v=randn(3, 5, 6, dtype=torch.float64), lengths=torch.tensor([5, 1, 3]),
+                note="float64, d_value ≠ d_head, a sequence of one token"),
+        Case.of(q=randn(1, 6, 8), k=randn(1, 6, 8), v=randn(1, 6, 8), lengths=torch.tensor([6]), note="no padding"),
+        Case.of(q=randn(2, 3, 8), k=randn(2, 3, 8), v=randn(2, 3, 8), lengths=torch.tensor([0, 3]),
+                note="an empty sequence: every key of it is padding, so its queries attend to nothing"),
+    ]
+
+
+def _combined_with(combine: str):
+    """The two package masks combined wrongly (the attention and both masks are right on their own)."""
+    def attention(q, k, v, lengths):
+        seq_len = k.shape[-2]
+        causal, padding = reference.causal_mask(seq_len), reference.padding_mask(lengths, seq_len)
+        if combine == "or":
+            mask = causal | padding
+        elif combine == "plus":  # booleans added: True + True is True, True + False is True: the same as |
+            mask = causal + padding
+        elif combine == "causal_only":
+            mask = causal
+        elif combine == "padding_only":
+            mask = padding
+        elif combine == "padding_on_queries":  # the padding mask's singleton axis moved to the keys: pads as queries
+            mask = causal & padding.transpose(-2, -1)
+        elif combine == "future_allowed":
+            mask = torch.triu(torch.ones(seq_len, seq_len, dtype=torch.bool)) & padding
+        else:  # "sequential": the second mask replaces the first instead of combining with it
+            scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+            scores = scores.masked_fill(~causal, float("-inf"))
+            scores = torch.where(padding, q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), float("-inf"))
+            weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+            return weights @ v, weights
+        return reference.scaled_dot_product_attention(q, k, v, mask)
+
+    return attention
+
+
+def _padding_one_longer(q, k, v, lengths):
+    seq_len = k.shape[-2]
+    padding = torch.arange(seq_len)[None, None, :] <= lengths[:, None, None]
+    return reference.scaled_dot_product_attention(q, k, v, reference.causal_mask(seq_len) & padding)
+
+
+def _no_self_attention(q, k, v, lengths):
+    seq_len = k.shape[-2]
+    causal = torch.tril(torch.ones(seq_len, seq_len, dtype=torch.bool), diagonal=-1)
+    return reference.scaled_dot_product_attention(q, k, v, causal & reference.padding_mask(lengths, seq_len))
+
+
+def _large_negative_fill(q, k, v, lengths):
+    seq_len = k.shape[-2]
+    mask = reference.causal_mask(seq_len) & reference.padding_mask(lengths, seq_len)
+    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask, -1e9)
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+
+
+PADDED_CAUSAL_ATTENTION = Exercise(
+    id="03.padded_causal_attention",
+    reference=reference_padded_causal_attention,
+    cases=_padded_cases,
+    points=3,
+    outputs=("out", "weights"),
+    axes={"weights": "query_pos key_pos"},
+    checked=(
+        "right-padded batches in float32 and float64, a sequence of one token, no padding, and an empty sequence "
+        "whose queries attend to nothing (zero weights, zero output)"
+    ),
+    hint=(
+        "a query may attend to a key when the key is not in its future AND is not padding: "
+        "`causal_mask(seq_len) & padding_mask(lengths, seq_len)`, which broadcasts to (batch, query_pos, key_pos), "
+        "then your attention from exercise 1 with that mask."
+    ),
+    mistakes=(
+        Mistake("masks_or", "combined the two masks with | (or) instead of & (and)",
+                "True means *may attend*: a key must pass both masks, so combine them with `&`; with `|` a padded "
+                "query sees its future, and a key passes when either mask lets it.",
+                (_combined_with("or"), _combined_with("plus"))),
+        Mistake("causal_only", "used the causal mask alone and forgot the padding",
+                "The padded positions of a short sequence are queries too: without the padding mask they attend to "
+                "other padding. Combine with `& padding_mask(lengths, seq_len)`.", (_combined_with("causal_only"),)),
+        Mistake("padding_only", "let the padding mask alone decide, so the causal mask is lost",
+                "A decoder must not look ahead: combine the masks, `causal_mask(seq_len) & padding_mask(...)`, and "
+                "apply the result once (masking fresh scores for the second mask throws the first one away).",
+                (_combined_with("padding_only"), _combined_with("sequential"))),
+        Mistake("padding_on_the_query_axis", "put the padding mask on the query axis instead of the key axis",
+                "padding_mask is (batch, 1, key_pos): its singleton axis broadcasts over the queries, so it hides "
+                "padding *keys*. Transposed, it hides the padded queries' rows instead.",
+                (_combined_with("padding_on_queries"),)),
+        Mistake("causal_upside_down", "built the causal mask from the upper triangle, so each query sees its future",
+                "Query t may attend to keys 0 … t: the lower triangle, `torch.tril`.",
+                (_combined_with("future_allowed"),)),
+    ),
+    mutants=(
+        Mutant("padding_one_longer", "lets every query see one padding key (<= instead of <)", _padding_one_longer),
+        Mutant("no_self_attention", "uses the strictly lower triangle, so a query cannot see itself",
+               _no_self_attention),
+        Mutant("large_negative_fill", "fills with -1e9, so an empty sequence's queries spread their weight evenly",
+               _large_negative_fill),
+    ),
+)
+
+
+# --- 03.predict_variance (predict, then measure: why Eq. (1) divides by √d_k) ------------------------------------------
+
+
+def _qk_variance_at_64() -> float:
+    from tutorial_lib.widgets.softmax_saturation import qk_variance  # imported when measured: it loads matplotlib
+
+    return qk_variance([64])[64][0]
+
+
+PREDICT_VARIANCE = predict_number(
+    "03.predict_variance",
+    measure=_qk_variance_at_64,
+    question="the variance of q·k at d_k = 64",
+    within=1.5,
+    points=1,
+    misconceptions=[
+        Misconception("no_growth", 1.0, "expected the variance to stay at 1, the variance of each entry",
+                      "q·k adds d_k products, each of variance 1, and the variances of independent terms add up: "
+                      "the sum has variance d_k."),
+        Misconception("standard_deviation", 8.0, "gave the standard deviation, √d_k, instead of the variance",
+                      "√d_k is the *spread* of q·k, the number Eq. (1) divides by; the variance is its square, d_k."),
+        Misconception("squared", 4096.0, "expected the variance to grow with d_k², like the square of a sum of d_k ones",
+                      "The products q_i k_i have mean 0 and are independent, so the variance of their sum is the sum "
+                      "of their variances, d_k, not (d_k)²."),
+        Misconception("averaged", 1 / 64, "treated q·k as an average of d_k products, whose variance shrinks as 1/d_k",
+                      "A dot product sums the products, it does not average them: the variance grows with d_k."),
+    ],
+    mutants=[
+        wrong_prediction("much_too_small", 20.0, "between √d_k and d_k, explained by no misconception"),
+        wrong_prediction("much_too_large", 1000.0, "between d_k and d_k², explained by no misconception"),
+    ],
+    hint="q·k is a sum of d_k products q_i k_i, independent, each of mean 0 and variance 1: add up their variances.",
+)
+
+register(ATTENTION, CAUSAL_MASK, PADDING_MASK, SLIDING_WINDOW_MASK, PADDED_CAUSAL_ATTENTION, PREDICT_VARIANCE)

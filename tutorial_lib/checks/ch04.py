@@ -3,6 +3,10 @@
 The cases include shapes where ``seq == n_heads`` (or ``batch == n_heads``), where a reshape that skips the transpose,
 or a mask that is not broadcast over the heads, keeps every shape right and only changes the values: the bugs that
 train silently. As in ``ch03``, the mistakes are written the way a learner would write them and carry no annotations.
+
+``04.multi_head_forward`` is the build exercise: it composes the projections, the split, chapter 03's attention, the
+merge and W^O into multi-head attention end to end. ``04.predict_parameters`` (predict, then measure) asks how many
+parameters 8-head attention has at d_model = 512: as many as one head, since the heads split d_model.
 """
 
 from __future__ import annotations
@@ -13,7 +17,8 @@ import torch
 
 from tutorial_lib.attention import scaled_dot_product_attention
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
-from tutorial_lib.multi_head import merge_heads, split_heads
+from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
+from tutorial_lib.multi_head import MultiHeadAttention, merge_heads, split_heads
 
 # --- 04.split_heads -----------------------------------------------------------------------------------------------------
 
@@ -239,6 +244,7 @@ def _with(*, scale=lambda d_model, d_head: math.sqrt(d_head), w_o=True, split=sp
 
 MULTI_HEAD_FORWARD = Exercise(
     id="04.multi_head_forward",
+    gradients=True,  # trained in the book: a detached or no_grad path must not pass
     reference=reference_multi_head,
     cases=_forward_cases,
     points=2,
@@ -281,4 +287,41 @@ MULTI_HEAD_FORWARD = Exercise(
     ),
 )
 
-register(SPLIT_HEADS, MERGE_HEADS, MULTI_HEAD_FORWARD)
+
+# --- 04.predict_parameters (predict, then measure: what splitting into heads costs) ---------------------------------------
+
+
+def attention_parameters(d_model=512, n_heads=8):
+    """The number of parameters of the package's MultiHeadAttention (W^Q, W^K, W^V, W^O and their biases)."""
+    with torch.device("meta"):  # shapes without numbers: nothing is drawn from the random generator
+        module = MultiHeadAttention(d_model, n_heads)
+    return sum(parameter.numel() for parameter in module.parameters())
+
+
+PREDICT_PARAMETERS = predict_number(
+    "04.predict_parameters",
+    measure=attention_parameters,
+    question="8-head attention's parameters",
+    within=1.25,
+    points=1,
+    misconceptions=[
+        Misconception("every_head_full_size", 8 * 4 * (512 * 512 + 512),
+                      "gave every head its own d_model × d_model projections",
+                      "Each head projects to d_head = d_model / n_heads columns only: the 8 heads' W_i^Q side by side "
+                      "make one d_model × d_model matrix, whatever the number of heads."),
+        Misconception("d_head_squared", 8 * 4 * (64 * 64 + 64), "gave each head d_head × d_head matrices",
+                      "A head reads the whole d_model-wide vector: its W_i^Q is d_model × d_head, not d_head × d_head."),
+        Misconception("no_output_projection", 3 * (512 * 512 + 512), "forgot the output projection W^O",
+                      "MultiHead = Concat(head_1, …, head_h) W^O: a fourth d_model × d_model matrix, with its bias."),
+        Misconception("output_projection_per_head", 3 * (512 * 512 + 512) + 8 * (512 * 512 + 512),
+                      "gave every head its own d_model × d_model output projection",
+                      "W^O is applied once, to the concatenated heads: one d_model × d_model matrix."),
+    ],
+    mutants=[
+        wrong_prediction("twice", 2_000_000, "about twice the count, explained by no misconception"),
+        wrong_prediction("tiny", 50_000, "far too few, explained by no misconception"),
+    ],
+    hint="Write the shape of each projection for all heads together: how many d_model × d_model matrices, plus biases?",
+)
+
+register(SPLIT_HEADS, MERGE_HEADS, MULTI_HEAD_FORWARD, PREDICT_PARAMETERS)

@@ -6,6 +6,10 @@
 - ``05.gelu_tanh`` is GPT-2's approximation, compared in float64 so that the exact GELU (a few 1e-4 away) fails.
 - ``05.swiglu`` is LLaMA's gated feed-forward without biases.
 - ``05.swiglu_hidden_size`` is LLaMA's ``d_ff``: two thirds of 4·d_model, rounded *up* to a multiple.
+- ``05.ffn`` (the build exercise) composes them into one FFN for three families: the paper's ReLU, GPT-2's GELU (tanh
+  form) and LLaMA's SwiGLU with the gate and up projections fused; the catalogue holds the composition mistakes (the
+  exact GELU, the fused halves swapped or interleaved, the activation on the output).
+- ``05.predict_ffn_share`` (predict, then measure) asks for the FFN's share of a base block's parameters, about 2/3.
 
 As in ``ch03``, the mistakes are written the way a learner would write them and carry no annotations.
 """
@@ -17,7 +21,9 @@ import math
 import torch
 import torch.nn.functional as F
 
+from tutorial_lib.blocks import TransformerBlock
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
+from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 
 # --- 05.feed_forward ----------------------------------------------------------------------------------------------------
 
@@ -106,6 +112,7 @@ def _ffn_no_biases(x, w1, b1, w2, b2, activation="relu", dropout=0.0, training=F
 
 FEED_FORWARD = Exercise(
     id="05.feed_forward",
+    gradients=True,  # trained in the book: a detached or no_grad path must not pass
     reference=reference_feed_forward,
     cases=_ffn_cases,
     points=2,
@@ -249,6 +256,7 @@ def _swiglu_like(*, gate=F.silu, branch="gate", combine="product", order="inside
 
 SWIGLU = Exercise(
     id="05.swiglu",
+    gradients=True,  # trained in the book: a detached or no_grad path must not pass
     reference=reference_swiglu,
     cases=_swiglu_cases,
     points=1,
@@ -348,4 +356,164 @@ SWIGLU_HIDDEN_SIZE = Exercise(
     ),
 )
 
-register(FEED_FORWARD, GELU_TANH, SWIGLU, SWIGLU_HIDDEN_SIZE)
+
+# --- 05.ffn (build: one feed-forward for the paper, GPT-2 and LLaMA) -------------------------------------------------------
+
+FFN_KINDS = ("relu", "gelu_tanh", "swiglu")
+
+
+def reference_ffn(x, w_in, b_in, w_out, b_out, kind):
+    """The position-wise FFN of three model families, from one pair of layers.
+
+    ``"relu"`` (the paper's Eq. (2)) and ``"gelu_tanh"`` (GPT-2): act(x W_in + b_in) W_out + b_out. ``"swiglu"`` (LLaMA,
+    with the gate and up projections fused side by side as some checkpoints store them): the first d_ff columns of
+    x W_in + b_in are the gate, the next d_ff the up branch; (SiLU(gate) ⊙ up) W_out + b_out.
+    """
+    if kind not in FFN_KINDS:
+        raise ValueError(f"kind must be one of {FFN_KINDS}, got {kind!r}")
+    hidden = x @ w_in + b_in
+    if kind == "swiglu":
+        gate, up = hidden.chunk(2, dim=-1)
+        return (F.silu(gate) * up) @ w_out + b_out
+    return (F.relu(hidden) if kind == "relu" else reference_gelu_tanh(hidden)) @ w_out + b_out
+
+
+def _ffn_kind_cases(generator: torch.Generator) -> list[Case]:
+    def randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator, dtype=dtype)
+
+    def layers(d_model: int, d_in: int, d_hidden: int, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+        return {"w_in": randn(d_model, d_in, dtype=dtype) / math.sqrt(d_model), "b_in": randn(d_in, dtype=dtype),
+                "w_out": randn(d_hidden, d_model, dtype=dtype) / math.sqrt(d_hidden), "b_out": randn(d_model, dtype=dtype)}
+
+    return [
+        Case.of(x=randn(2, 3, 8), **layers(8, 32, 32), kind="relu", note="the paper's ReLU FFN"),
+        Case.of(x=randn(4, 6, dtype=torch.float64), **layers(6, 24, 24, torch.float64), kind="gelu_tanh",
+                note="GPT-2's GELU in its tanh form, float64"),
+        Case.of(x=randn(2, 5, 8), **layers(8, 2 * 12, 12), kind="swiglu",
+                note="LLaMA's SwiGLU, gate and up fused: w_in holds 2 × 12 columns"),
+        Case.of(x=randn(3, 6, dtype=torch.float64), **layers(6, 2 * 4, 4, torch.float64), kind="swiglu",
+                note="SwiGLU in float64, d_ff = 4"),
+        Case.of(x=randn(1, 8), **layers(8, 16, 16), kind="gelu", note="an unknown kind: a ValueError"),
+    ]
+
+
+def _ffn_kind_with(*, gelu="tanh", split="halves", gate=F.silu, activate="hidden"):
+    """The three-family FFN with one composition choice made wrongly."""
+    def ffn(x, w_in, b_in, w_out, b_out, kind):
+        if kind not in ("relu", "gelu_tanh", "swiglu"):
+            raise ValueError(f"unknown kind {kind!r}")
+        hidden = x @ w_in + b_in
+        if kind == "swiglu":
+            if split == "halves":
+                g, u = hidden.chunk(2, dim=-1)
+            elif split == "swapped":
+                u, g = hidden.chunk(2, dim=-1)
+            else:  # "interleaved": even columns the gate, odd ones the up branch
+                g, u = hidden[..., 0::2], hidden[..., 1::2]
+            return (gate(g) * u) @ w_out + b_out
+        act = torch.relu if kind == "relu" else (
+            (lambda h: F.gelu(h, approximate="tanh")) if gelu == "tanh" else F.gelu)
+        if activate == "output":
+            return act(hidden @ w_out + b_out)
+        return act(hidden) @ w_out + b_out
+
+    return ffn
+
+
+def _relu_for_every_kind(x, w_in, b_in, w_out, b_out, kind):
+    if kind not in FFN_KINDS:
+        raise ValueError(f"unknown kind {kind!r}")
+    if kind == "swiglu":
+        return reference_ffn(x, w_in, b_in, w_out, b_out, kind)
+    return torch.relu(x @ w_in + b_in) @ w_out + b_out
+
+
+def _bilinear(x, w_in, b_in, w_out, b_out, kind):  # the gate without its SiLU
+    if kind == "swiglu":
+        gate, up = (x @ w_in + b_in).chunk(2, dim=-1)
+        return (gate * up) @ w_out + b_out
+    return reference_ffn(x, w_in, b_in, w_out, b_out, kind)
+
+
+def _output_bias_dropped(x, w_in, b_in, w_out, b_out, kind):
+    return reference_ffn(x, w_in, b_in, w_out, torch.zeros_like(b_out), kind)
+
+
+FFN = Exercise(
+    id="05.ffn",
+    reference=reference_ffn,
+    cases=_ffn_kind_cases,
+    points=3,
+    outputs=("the output",),
+    checked=(
+        "the paper's ReLU FFN, GPT-2's GELU in its tanh form (float64), LLaMA's SwiGLU with the gate and up projections "
+        "fused, in float32 and float64, and an unknown kind (ValueError)"
+    ),
+    hint=(
+        "one first layer `x @ w_in + b_in` for every kind; relu and gelu_tanh apply their activation to it, swiglu "
+        "splits it into the gate (first half of the columns) and the up branch (second half) and multiplies "
+        "SiLU(gate) by up; then `@ w_out + b_out`."
+    ),
+    mistakes=(
+        Mistake("exact_gelu", "used the exact GELU where GPT-2 uses the tanh form",
+                "`F.gelu(h)` is the erf form; GPT-2's is your `gelu_tanh` (or `F.gelu(h, approximate='tanh')`): they "
+                "differ by up to a few 1e-4.", (_ffn_kind_with(gelu="exact"),)),
+        Mistake("gate_and_up_swapped", "took the second half of the columns as the gate",
+                "The gate comes first: `gate, up = hidden.chunk(2, dim=-1)`, and SiLU acts on the gate.",
+                (_ffn_kind_with(split="swapped"),)),
+        Mistake("gate_and_up_interleaved", "split the fused columns alternately (even for the gate, odd for up)",
+                "The two projections are stored side by side, not interleaved: the first d_ff columns are the gate, "
+                "the next d_ff the up branch (`chunk(2, dim=-1)`).", (_ffn_kind_with(split="interleaved"),)),
+        Mistake("sigmoid_gate", "gated with a sigmoid (GLU) instead of SiLU",
+                "SwiGLU's gate is SiLU(a) = a·σ(a), `F.silu`; σ(a) alone is the original GLU.",
+                (_ffn_kind_with(gate=torch.sigmoid),)),
+        Mistake("activation_on_the_output", "applied the activation after the second layer instead of the first",
+                "Eq. (2) is act(x W_1 + b_1) W_2 + b_2: the activation acts on the hidden layer, and the output stays "
+                "linear.", (_ffn_kind_with(activate="output"),)),
+    ),
+    mutants=(
+        Mutant("relu_for_every_kind", "uses ReLU for gelu_tanh too", _relu_for_every_kind),
+        Mutant("bilinear", "multiplies the gate and up branch with no SiLU", _bilinear),
+        Mutant("output_bias_dropped", "drops b_out", _output_bias_dropped),
+    ),
+)
+
+
+# --- 05.predict_ffn_share (predict, then measure: where a block's parameters are) ------------------------------------------
+
+
+def ffn_share(d_model=512, n_heads=8, d_ff=2048):
+    """The FFN's share of the parameters of the package's TransformerBlock (attention, FFN, two LayerNorms)."""
+    with torch.device("meta"):  # shapes without numbers: nothing is drawn from the random generator
+        block = TransformerBlock(d_model, n_heads, d_ff)
+    return sum(p.numel() for p in block.ffn.parameters()) / sum(p.numel() for p in block.parameters())
+
+
+PREDICT_FFN_SHARE = predict_number(
+    "05.predict_ffn_share",
+    measure=ffn_share,
+    question="the FFN's share of a block",
+    within=1.15,
+    points=1,
+    misconceptions=[
+        Misconception("as_large_as_attention", 1 / 2, "expected the FFN and the attention to hold as many parameters",
+                      "Attention holds four d_model × d_model matrices, 4·d_model²; the FFN two of d_model × 4·d_model, "
+                      "8·d_model²: twice as many."),
+        Misconception("counted_matrices", 1 / 3, "counted matrices instead of their sizes (2 of the 6)",
+                      "The FFN's matrices are four times larger than attention's: d_model × d_ff with d_ff = 4·d_model."),
+        Misconception("one_ffn_matrix_per_attention_matrix", 4 / 5,
+                      "compared one FFN matrix (4·d_model²) with one attention matrix (d_model²)",
+                      "Count all of them: two FFN matrices, 8·d_model², against four attention projections, 4·d_model²."),
+        Misconception("forgot_three_projections", 8 / 9,
+                      "compared the FFN (8·d_model²) with a single attention matrix",
+                      "Attention has W^Q, W^K, W^V and W^O: 4·d_model², so the FFN holds 8 of every 12 parameters."),
+    ],
+    mutants=[
+        wrong_prediction("a_tenth", 0.1, "a small add-on, explained by no misconception"),
+        wrong_prediction("a_quarter", 0.25, "a quarter, explained by no misconception"),
+    ],
+    hint="Write the shape of every weight matrix of the block in units of d_model², with d_ff = 4·d_model.",
+)
+
+register(FEED_FORWARD, GELU_TANH, SWIGLU, SWIGLU_HIDDEN_SIZE, FFN, PREDICT_FFN_SHARE)

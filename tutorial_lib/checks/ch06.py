@@ -16,6 +16,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
+from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
+from tutorial_lib.multi_head import MultiHeadAttention
+from tutorial_lib.normalization import LayerNorm
 
 # --- 06.layer_norm ------------------------------------------------------------------------------------------------------
 
@@ -71,6 +74,7 @@ def _layer_norm_weight_only(x, weight, bias, eps):
 
 LAYER_NORM = Exercise(
     id="06.layer_norm",
+    gradients=True,  # trained in the book: a detached or no_grad path must not pass
     reference=reference_layer_norm,
     cases=lambda generator: _norm_cases(generator, with_bias=True),
     points=1,
@@ -145,6 +149,7 @@ def _rms_no_eps(x, weight, eps):
 
 RMS_NORM = Exercise(
     id="06.rms_norm",
+    gradients=True,  # trained in the book: a detached or no_grad path must not pass
     reference=reference_rms_norm,
     cases=lambda generator: _norm_cases(generator, with_bias=False),
     points=1,
@@ -226,6 +231,12 @@ def _stream_normalized_in_place(x, norm, sublayer):
     return x + sublayer(x)
 
 
+def _branch_without_grad(x, norm, sublayer):
+    with torch.no_grad():
+        branch = sublayer(norm(x))
+    return x + branch
+
+
 PRE_NORM_RESIDUAL = Exercise(
     id="06.pre_norm_residual",
     reference=reference_pre_norm_residual,
@@ -234,6 +245,7 @@ PRE_NORM_RESIDUAL = Exercise(
     outputs=("the block's output",),
     axes={"the block's output": "d_model"},
     checked="a LayerNorm with random γ and β around a two-layer FFN, on (batch, seq, d_model), (batch, d_model) and float64",
+    gradients=True,  # trained in the book: a detached or no_grad path must not pass
     hint="the norm goes on the sublayer's *input* only; the residual stream x passes unchanged: `x + sublayer(norm(x))`.",
     mistakes=(
         Mistake("post_norm", "wrote the paper's post-norm block, Norm(x + Sublayer(x))",
@@ -251,6 +263,10 @@ PRE_NORM_RESIDUAL = Exercise(
                 (_residual_like("norm after"),)),
         Mistake("no_norm", "left out the norm",
                 "Apply `norm` to the sublayer's input: `x + sublayer(norm(x))`.", (_residual_like("no norm"),)),
+        Mistake("detached_branch", "detached the sublayer's output from the graph",
+                "The output is right, but no gradient reaches the sublayer or the norm, so they would never train: "
+                "drop the `.detach()` (or `torch.no_grad()`) and write `x + sublayer(norm(x))`.",
+                (lambda x, norm, sublayer: x + sublayer(norm(x)).detach(), _branch_without_grad)),
     ),
     mutants=(
         Mutant("subtracted_branch", "subtracts the branch", lambda x, norm, f: x - f(norm(x))),
@@ -260,4 +276,162 @@ PRE_NORM_RESIDUAL = Exercise(
     ),
 )
 
-register(LAYER_NORM, RMS_NORM, PRE_NORM_RESIDUAL)
+# --- 06.pre_norm_block (build) -----------------------------------------------------------------------------------------
+
+
+def reference_pre_norm_block(x, attention, feed_forward, norm_1, norm_2):
+    """A whole pre-norm block from its parts: what ``TransformerBlock(placement="pre")`` computes (tested)."""
+    h = x + attention(norm_1(x))
+    return h + feed_forward(norm_2(h))
+
+
+class _SelfAttention(MultiHeadAttention):
+    """The package's multi-head self-attention, with a one-line repr for the verdicts."""
+
+    def __repr__(self) -> str:
+        return f"MultiHeadAttention(d_model={self.d_model}, n_heads={self.n_heads})"
+
+
+def _block_cases(generator: torch.Generator) -> list[Case]:
+    def parts(d: int, dtype: torch.dtype = torch.float32) -> dict[str, nn.Module]:
+        attention = _SelfAttention(d, 2).to(dtype)
+        feed_forward = nn.Sequential(nn.Linear(d, 2 * d), nn.ReLU(), nn.Linear(2 * d, d)).to(dtype)
+        norm_1, norm_2 = LayerNorm(d).to(dtype), LayerNorm(d).to(dtype)
+        with torch.no_grad():  # random γ and β, different in the two norms, so that swapping them shows
+            for module in (attention, feed_forward, norm_1, norm_2):
+                for name, p in module.named_parameters():
+                    centre = 1.0 if module in (norm_1, norm_2) and name == "weight" else 0.0
+                    p.copy_(centre + 0.5 * torch.randn(p.shape, generator=generator, dtype=dtype))
+        return {"attention": attention.eval(), "feed_forward": feed_forward.eval(), "norm_1": norm_1, "norm_2": norm_2}
+
+    return [
+        Case.of(x=2 * torch.randn(2, 5, 8, generator=generator) + 1, **parts(8), note="d_model 8, 2 heads"),
+        Case.of(x=torch.randn(1, 3, 4, generator=generator, dtype=torch.float64), **parts(4, torch.float64),
+                note="float64, d_model 4"),
+    ]
+
+
+def _block_like(shape):
+    """A learner's block, composed one of the ways it goes wrong."""
+
+    def pre_norm_block(x, attention, feed_forward, norm_1, norm_2):
+        if shape == "post":
+            h = norm_1(x + attention(x))
+            return norm_2(h + feed_forward(h))
+        if shape == "one norm":
+            h = x + attention(norm_1(x))
+            return h + feed_forward(norm_1(h))
+        if shape == "parallel":
+            return x + attention(norm_1(x)) + feed_forward(norm_2(x))
+        if shape == "stream":
+            x = norm_1(x)
+            x = x + attention(x)
+            x = norm_2(x)
+            return x + feed_forward(x)
+        if shape == "no ffn residual":
+            h = x + attention(norm_1(x))
+            return feed_forward(norm_2(h))
+        if shape == "no attention residual":
+            h = attention(norm_1(x))
+            return h + feed_forward(norm_2(h))
+        if shape == "ffn first":
+            h = x + feed_forward(norm_2(x))
+            return h + attention(norm_1(h))
+        raise AssertionError(shape)
+
+    return pre_norm_block
+
+
+def _block_without_norms(x, attention, feed_forward, norm_1, norm_2):
+    h = x + attention(x)
+    return h + feed_forward(h)
+
+
+def _block_second_residual_from_input(x, attention, feed_forward, norm_1, norm_2):
+    h = x + attention(norm_1(x))
+    return x + feed_forward(norm_2(h))
+
+
+PRE_NORM_BLOCK = Exercise(
+    id="06.pre_norm_block",
+    gradients=True,  # trained in the book: a detached or no_grad path must not pass
+    reference=reference_pre_norm_block,
+    cases=_block_cases,
+    points=3,
+    outputs=("the block's output",),
+    axes={"the block's output": "d_model"},
+    checked="multi-head attention and a two-layer FFN with two LayerNorms of random γ and β, in float32 and float64",
+    hint="two pre-norm residuals in a row: the attention's residual first, then the feed-forward network's, which reads "
+         "the stream *after* the attention was added, each with its own norm.",
+    mistakes=(
+        Mistake("post_norm_block", "wrote the paper's post-norm block, Norm(x + Sublayer(x)) twice",
+                "That is §3.1's arrangement; pre-norm puts each norm on its sublayer's input and leaves the stream "
+                "alone: `h = x + attention(norm_1(x))`, then `h + feed_forward(norm_2(h))`.",
+                (_block_like("post"),)),
+        Mistake("one_norm_for_both", "normalized the feed-forward network's input with norm_1, the attention's norm",
+                "Each sublayer has its own norm with its own γ and β: the feed-forward network reads `norm_2(h)`.",
+                (_block_like("one norm"),)),
+        Mistake("parallel_branches", "fed both sublayers the block's input x, so the feed-forward network never sees "
+                                     "what attention added",
+                "The two residuals are in series: first `h = x + attention(norm_1(x))`, then the feed-forward network "
+                "reads `norm_2(h)`. (Reading x in both is GPT-J's *parallel* block, a different model.)",
+                (_block_like("parallel"),)),
+        Mistake("normalized_the_stream", "normalized the residual stream itself before each sublayer",
+                "Keep the normalized copy for the sublayer only: `x + attention(norm_1(x))`. Replacing x by norm_1(x) "
+                "takes away the untouched path that makes deep stacks trainable.",
+                (_block_like("stream"),)),
+        Mistake("dropped_a_residual", "left out one of the two residual connections",
+                "Both sublayers add to the stream: `h = x + attention(norm_1(x))` and `h + feed_forward(norm_2(h))`.",
+                (_block_like("no ffn residual"), _block_like("no attention residual"))),
+        Mistake("feed_forward_first", "applied the feed-forward network before attention",
+                "A block mixes positions first, then works on each position: attention, then the feed-forward network.",
+                (_block_like("ffn first"),)),
+    ),
+    mutants=(
+        Mutant("no_norms", "uses neither norm", _block_without_norms),
+        Mutant("second_residual_from_input", "adds the feed-forward output to x instead of to h",
+               _block_second_residual_from_input),
+    ),
+)
+
+
+# --- 06.predict_normalized_length (predict, then measure) ---------------------------------------------------------------
+
+PREDICT_D_MODEL = 256
+
+
+def normalized_length(d_model: int = PREDICT_D_MODEL) -> tuple[float, float]:
+    """The length of a vector x = 4·randn + 3 of ``d_model`` features, and of LayerNorm(x) (γ = 1, β = 0), seed 0."""
+    x = 4 * torch.randn(d_model, generator=torch.Generator().manual_seed(0)) + 3
+    with torch.no_grad():
+        return x.norm().item(), LayerNorm(d_model)(x).norm().item()
+
+
+PREDICT_NORMALIZED_LENGTH = predict_number(
+    "06.predict_normalized_length",
+    measure=lambda: normalized_length()[1],
+    question=f"the length of LayerNorm(x) at d_model = {PREDICT_D_MODEL}",
+    within=1.3,
+    misconceptions=[
+        Misconception("unit_length", 1.0, "expected LayerNorm to give each vector length 1",
+                      "Length 1 is what dividing by the L2 norm gives. LayerNorm gives each *feature* mean 0 and "
+                      "variance 1, so the squares of the d_model features sum to d_model: the length is √d_model."),
+        Misconception("length_d_model", float(PREDICT_D_MODEL), "forgot the square root: the sum of squares is d_model",
+                      "The squared length is d_model (d_model features of variance 1); the length is its root."),
+        Misconception("kept_the_length", 78.0, "expected LayerNorm to keep the vector's length (about 78 here)",
+                      "LayerNorm removes the size: whatever x's scale (here 4·randn + 3, length about 78), every "
+                      "normalized vector has length √d_model."),
+        Misconception("centred_only", 64.0, "subtracted the mean but kept the spread (4·√256 = 64)",
+                      "LayerNorm also divides by the standard deviation, so the spread 4 goes too: the length is "
+                      "√d_model."),
+        Misconception("unit_per_half", 8.0, "took the length to be √(d_model) / 2 or √(d_model / 4)",
+                      "Each of the d_model features has variance 1 after LayerNorm; all of them count: √d_model."),
+    ],
+    mutants=[
+        wrong_prediction("thousand", 1000.0, "far above any length the chapter measures"),
+        wrong_prediction("three", 3.0, "x's mean, not a length"),
+    ],
+    points=1,
+)
+
+register(LAYER_NORM, RMS_NORM, PRE_NORM_RESIDUAL, PRE_NORM_BLOCK, PREDICT_NORMALIZED_LENGTH)

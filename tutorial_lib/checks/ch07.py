@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
+from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 from tutorial_lib.feed_forward import FeedForward
 from tutorial_lib.multi_head import MultiHeadAttention
 from tutorial_lib.training import noam_lr
@@ -542,4 +543,221 @@ BEAM_SCORE = Exercise(
     ),
 )
 
-register(ENCODER_LAYER, DECODER_LAYER, LABEL_SMOOTHED_LOSS, NOAM_LR, BEAM_SCORE)
+# --- 07.greedy_decode (build) ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _ReverserConfig:
+    n_ctx: int
+    tgt_vocab: int
+
+
+class Reverser(nn.Module):
+    """A stand-in for a trained seq2seq model whose greedy output is known: the source's real tokens reversed, then
+    EOS. It has a :class:`Transformer`'s interface (``encode``, ``decode``, ``cfg``) and reads what a real one reads:
+    the position of the query (from the length of the target prefix), the memory, and the source mask (which says
+    where the source ends)."""
+
+    def __init__(self, d_vocab: int, eos: int) -> None:
+        super().__init__()
+        self.cfg, self.eos = _ReverserConfig(n_ctx=32, tgt_vocab=d_vocab), eos
+
+    def encode(self, src, src_mask=None):
+        memory = F.one_hot(src, self.cfg.tgt_vocab).float()
+        return memory if src_mask is None else memory * src_mask.transpose(-1, -2)
+
+    def decode(self, tgt, memory, src_mask=None, *, cache=None):
+        batch, n_query = tgt.shape
+        lengths = torch.full((batch,), memory.shape[1]) if src_mask is None else src_mask[:, 0].sum(-1)
+        logits = torch.zeros(batch, n_query, self.cfg.tgt_vocab)
+        for b in range(batch):
+            for i in range(n_query):  # after i generated tokens, emit the (i+1)-th from the end of the source
+                j = int(lengths[b]) - 1 - i
+                token = int(memory[b, j].argmax()) if j >= 0 else self.eos
+                logits[b, i, token] = 10.0
+        return logits
+
+    def __repr__(self) -> str:
+        return f"Reverser(d_vocab={self.cfg.tgt_vocab}, eos={self.eos})"
+
+
+class _TinyTransformer(nn.Module):
+    """A random one-layer encoder-decoder Transformer, with a one-line repr for the verdicts."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        from tutorial_lib.models.transformer import Transformer, TransformerConfig
+
+        config = TransformerConfig(n_ctx=16, d_vocab=10, d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.0)
+        with torch.random.fork_rng(devices=[]):  # the notebook's random state is not the check's business
+            torch.manual_seed(seed)
+            self.model = Transformer(config).eval()
+        with torch.no_grad():
+            for p in self.model.parameters():
+                p.mul_(3.0)  # sharper logits: rows that end at different steps
+        self.cfg = self.model.cfg
+
+    def encode(self, src, src_mask=None):
+        return self.model.encode(src, src_mask)
+
+    def decode(self, tgt, memory, src_mask=None, *, cache=None):
+        return self.model.decode(tgt, memory, src_mask, cache=cache)
+
+    def __repr__(self) -> str:
+        return "Transformer(1 layer, d_model 16, random weights)"
+
+
+def reference_greedy_decode(model, src, src_mask, bos, eos, max_len):
+    """Greedy decoding as the package's :func:`~tutorial_lib.decoding.greedy_decode` does it without its KV cache
+    (tests/test_checks_ch07.py holds the two equal), for any model with ``encode`` and ``decode``: the generated tokens
+    without BOS, finished rows filled with EOS."""
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        tokens = torch.full((src.shape[0], 1), bos, dtype=torch.long)
+        done = torch.zeros(src.shape[0], dtype=torch.bool)
+        for _ in range(max_len):
+            next_token = model.decode(tokens, memory, src_mask)[:, -1].argmax(dim=-1).masked_fill(done, eos)
+            tokens = torch.cat([tokens, next_token[:, None]], dim=1)
+            done |= next_token == eos
+            if done.all():
+                break
+    return tokens[:, 1:]
+
+
+def _decode_cases(generator: torch.Generator) -> list[Case]:
+    from tutorial_lib.attention import padding_mask
+
+    def source(lengths: list[int], seq: int) -> dict[str, torch.Tensor]:
+        src = torch.randint(3, 10, (len(lengths), seq), generator=generator)
+        mask = padding_mask(torch.tensor(lengths), seq)
+        return {"src": src.masked_fill(~mask[:, 0], 0), "src_mask": mask}
+
+    return [
+        Case.of(model=Reverser(10, eos=2), **source([5, 3, 1], 6), bos=1, eos=2, max_len=8,
+                note="a model that reverses its source: rows end after 6, 4 and 2 tokens"),
+        Case.of(model=Reverser(10, eos=2), **source([6, 2], 6), bos=1, eos=2, max_len=4,
+                note="max_len 4 cuts the first row before its EOS"),
+        Case.of(model=_TinyTransformer(35), **source([6, 4, 2], 6), bos=1, eos=4, max_len=8,
+                note="a random Transformer whose rows end after 4, 1 and 2 tokens"),
+    ]
+
+
+def _greedy_like(*, keep_bos=False, fill=True, stop="all", feed="prefix", position=-1, mask_in=("encode", "decode"),
+                 steps=0):
+    """A learner's greedy decoding; each keyword reproduces one way of getting it wrong."""
+
+    def greedy_decode(model, src, src_mask, bos, eos, max_len):
+        memory = model.encode(src, src_mask if "encode" in mask_in else None)
+        tokens = torch.full((src.shape[0], 1), bos)
+        done = torch.zeros(src.shape[0], dtype=torch.bool)
+        for _ in range(max_len + steps):
+            inputs = tokens if feed == "prefix" else tokens[:, -1:]
+            logits = model.decode(inputs, memory, src_mask if "decode" in mask_in else None)
+            next_token = logits[:, position].argmax(dim=-1)
+            if fill:
+                next_token = next_token.masked_fill(done, eos)
+            tokens = torch.cat([tokens, next_token[:, None]], dim=1)
+            done = done | (next_token == eos)
+            if stop == "all" and done.all() or stop == "any" and done.any():
+                break
+        return tokens if keep_bos else tokens[:, 1:]
+
+    return greedy_decode
+
+
+def _greedy_never_stops(model, src, src_mask, bos, eos, max_len):
+    memory = model.encode(src, src_mask)
+    tokens = torch.full((src.shape[0], 1), bos)
+    for _ in range(max_len):
+        next_token = model.decode(tokens, memory, src_mask)[:, -1].argmax(-1)
+        next_token = torch.where(tokens[:, 1:].eq(eos).any(-1), torch.full_like(next_token, eos), next_token)
+        tokens = torch.cat([tokens, next_token[:, None]], dim=1)
+    return tokens[:, 1:]
+
+
+GREEDY_DECODE = Exercise(
+    id="07.greedy_decode",
+    reference=reference_greedy_decode,
+    cases=_decode_cases,
+    points=3,
+    outputs=("the generated tokens",),
+    axes={"the generated tokens": "step"},
+    checked="a model that reverses its source (rows of different lengths, one cut by max_len) and a random one-layer "
+            "Transformer, against the package's greedy_decode",
+    hint="encode once; then, step by step, decode the whole prefix (BOS first), take the argmax of the *last* "
+         "position's logits, append it, keep finished rows at EOS, and stop when every row has produced EOS or after "
+         "max_len steps. Return the tokens without BOS.",
+    mistakes=(
+        Mistake("kept_bos", "returned the tokens with the BOS token in front",
+                "BOS is the decoder's first input, not something the model generated: return `tokens[:, 1:]`.",
+                (_greedy_like(keep_bos=True),)),
+        Mistake("no_fill_after_eos", "kept generating in rows that had already produced EOS",
+                "A row that has produced EOS is finished: fill its later steps with EOS "
+                "(`next_token.masked_fill(done, eos)`), or the text after its end counts as output.",
+                (_greedy_like(fill=False),)),
+        Mistake("stopped_at_first_eos", "stopped the whole batch as soon as one row produced EOS",
+                "Stop when *every* row is finished: `if done.all(): break`, not `done.any()`.",
+                (_greedy_like(stop="any"),)),
+        Mistake("fed_only_the_last_token", "fed the decoder only the newest token at each step, without a KV cache",
+                "Without a cache the decoder must see the whole prefix (BOS and every token so far) to know where it "
+                "is; feeding one token is what the cached path does, and only because the cache holds the rest.",
+                (_greedy_like(feed="last"),)),
+        Mistake("first_position_logits", "took the logits of the first target position instead of the last",
+                "The decoder returns logits for every position of the prefix; the next token is predicted at the "
+                "last one: `logits[:, -1]`.", (_greedy_like(position=0),)),
+        Mistake("forgot_the_source_mask", "left out the source's padding mask",
+                "Pass `src_mask` to both `model.encode` and `model.decode`, or the padding tokens at the end of the "
+                "shorter sources are read as if they were text.",
+                (_greedy_like(mask_in=()), _greedy_like(mask_in=("encode",)))),
+    ),
+    mutants=(
+        Mutant("one_step_short", "stops one step before max_len", _greedy_like(steps=-1)),
+        Mutant("never_stops_early", "runs max_len steps even after every row has finished", _greedy_never_stops),
+    ),
+)
+
+
+# --- 07.predict_smoothing_floor (predict, then measure) ----------------------------------------------------------------
+
+PREDICT_VOCAB, PREDICT_SMOOTHING = 1000, 0.1
+
+
+def smoothed_loss_floor(d_vocab: int = PREDICT_VOCAB, smoothing: float = PREDICT_SMOOTHING) -> tuple[float, float]:
+    """The label-smoothed loss of the best possible prediction (the smoothed target itself) and of a confident, right
+    one (probability 0.999 on the right token), as ``F.cross_entropy(label_smoothing=smoothing)`` computes it."""
+    target = torch.tensor([0])
+    smoothed = torch.full((1, d_vocab), smoothing / d_vocab)
+    smoothed[0, 0] += 1 - smoothing
+    confident = torch.full((1, d_vocab), 0.001 / (d_vocab - 1))
+    confident[0, 0] = 0.999
+    return tuple(F.cross_entropy(p.log(), target, label_smoothing=smoothing).item() for p in (smoothed, confident))
+
+
+PREDICT_SMOOTHING_FLOOR = predict_number(
+    "07.predict_smoothing_floor",
+    measure=lambda: smoothed_loss_floor()[0],
+    question=f"the lowest smoothed loss (ε = {PREDICT_SMOOTHING}, {PREDICT_VOCAB} tokens)",
+    within=1.3,
+    misconceptions=[
+        Misconception("zero", 0.0, "expected a perfect model to reach a loss of zero",
+                      "With label smoothing the target is no longer one-hot: it keeps ε spread over the whole "
+                      "vocabulary, and the cross-entropy against a spread-out target is at least its entropy."),
+        Misconception("epsilon", PREDICT_SMOOTHING, "took the floor to be ε itself",
+                      "ε is the probability mass that is spread, not the loss: each of the d_vocab tokens gets "
+                      "ε / d_vocab, and each costs -log(ε / d_vocab), about 9.2 nats here."),
+        Misconception("right_token_only", -math.log(1 - PREDICT_SMOOTHING),
+                      "counted only the right token's share, -log(1 - ε)",
+                      "The ε spread over the other tokens is in the target too, and it costs the most: ε · "
+                      "(-log(ε / d_vocab)) dominates the floor."),
+        Misconception("uniform", math.log(PREDICT_VOCAB), "took the floor to be the loss of a uniform guess, log d_vocab",
+                      "The best prediction is the smoothed target itself (0.9 on the right token), far better than "
+                      "uniform: the floor is the entropy of that target."),
+    ],
+    mutants=[
+        wrong_prediction("huge", 30.0, "more than any prediction on 1000 tokens costs"),
+        wrong_prediction("tiny", 0.01, "a tenth of ε"),
+    ],
+    points=1,
+)
+
+register(ENCODER_LAYER, DECODER_LAYER, LABEL_SMOOTHED_LOSS, NOAM_LR, BEAM_SCORE, GREEDY_DECODE, PREDICT_SMOOTHING_FLOOR)

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
+from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 from tutorial_lib.counting import count_parameters
 from tutorial_lib.embeddings import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, TokenEmbedding
 from tutorial_lib.models.gpt import GPT, GPTConfig, gpt2_init_
@@ -475,4 +476,36 @@ GPT_FORWARD = Exercise(
     ),
 )
 
-register(COUNT_PARAMETERS, GPT2_INIT, GPT_FORWARD)
+# --- 08.predict_gpt2_parameters (predict, then measure) ----------------------------------------------------------------
+
+
+def gpt2_small_parameters() -> int:
+    """The number of distinct parameters of the package's GPT-2 small (built on the meta device: shapes, no values)."""
+    with torch.device("meta"):
+        return count_parameters(GPT(GPTConfig.gpt2("small")))
+
+
+PREDICT_GPT2_PARAMETERS = predict_number(
+    "08.predict_gpt2_parameters",
+    measure=gpt2_small_parameters,
+    question="the number of parameters of GPT-2 small",
+    within=1.2,
+    misconceptions=[
+        Misconception("tied_counted_twice", 163_037_184, "counted the tied unembedding as a second 50257 × 768 matrix",
+                      "GPT-2 ties the unembedding to the token embedding: one matrix, used twice, counted once."),
+        Misconception("blocks_only", 85_054_464, "counted the 12 blocks and forgot the embeddings",
+                      "The token embedding alone is 50257 × 768, about 38.6 million numbers: nearly a third of the model."),
+        Misconception("attention_only", 28_311_552, "counted only the attention's four d_model × d_model matrices per block",
+                      "Each block also holds the feed-forward network, 2 × d_model × 4·d_model: twice the attention's "
+                      "4 × d_model²."),
+        Misconception("gpt2_xl", 1_500_000_000, "took the largest GPT-2's size, 1.5 billion",
+                      "GPT-2 came in four sizes; small has 12 layers of width 768."),
+    ],
+    mutants=[
+        wrong_prediction("a_million", 1_000_000, "a model a hundred times smaller"),
+        wrong_prediction("fifty_million", 50_000_000, "no count of GPT-2 small's parts gives it"),
+    ],
+    points=1,
+)
+
+register(COUNT_PARAMETERS, GPT2_INIT, GPT_FORWARD, PREDICT_GPT2_PARAMETERS)

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register
+from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 from tutorial_lib.data.shakespeare import get_batch
 from tutorial_lib.models.gpt import GPT, GPTConfig
 from tutorial_lib.training import TrainConfig, language_model_loss, make_adamw, train, warmup_cosine_lr
@@ -479,4 +480,48 @@ GET_BATCH = Exercise(
     ),
 )
 
-register(WARMUP_COSINE_LR, TRAIN_STEP, GET_BATCH)
+# --- 09.predict_initial_loss (predict, then measure) -------------------------------------------------------------------
+
+
+def initial_loss() -> float:
+    """The loss of the chapter's character GPT (65 characters; 2 layers of width 64 here, to be quick) at GPT-2's
+    initialisation, before any update, on a batch of 4 × 64 random characters (seed 0), in nats."""
+    from tutorial_lib.models.gpt import GPT
+    from tutorial_lib.recipes import CHAR_GPT_CONFIG
+
+    config = CHAR_GPT_CONFIG.replace(d_model=64, n_heads=4, n_layers=2, n_ctx=64)
+    with torch.random.fork_rng(devices=[]):  # the caller's random state is left alone
+        torch.manual_seed(0)
+        model = GPT(config).eval()
+    tokens = torch.randint(config.d_vocab, (4, config.n_ctx + 1), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        logits = model(tokens[:, :-1])
+        return nn.functional.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten()).item()
+
+
+PREDICT_INITIAL_LOSS = predict_number(
+    "09.predict_initial_loss",
+    measure=initial_loss,
+    question="the loss of the untrained character GPT",
+    within=1.2,
+    misconceptions=[
+        Misconception("unigram_entropy", 3.309, "expected the untrained model to know how often each character occurs "
+                                                "(the unigram entropy, 3.31 nats)",
+                      "Before any update the model knows nothing, not even the frequencies: its logits are nearly "
+                      "equal, so it spreads its probability evenly and pays -log(1/65) per character."),
+        Misconception("bits_not_nats", math.log2(65), "computed the uniform guess's loss in bits, log₂ 65",
+                      "`F.cross_entropy` uses the natural logarithm: a uniform guess over 65 characters costs ln 65 nats."),
+        Misconception("vocab_size", 65.0, "took the loss to be the number of characters",
+                      "The loss is the negative *log*-probability of the right character: with 65 equally likely ones, "
+                      "ln 65."),
+        Misconception("probability_not_loss", 1 / 65, "gave the probability of the right character, 1/65, not its loss",
+                      "The loss is -log of that probability: -log(1/65) = ln 65."),
+    ],
+    mutants=[
+        wrong_prediction("half", 0.5, "below anything an untrained model reaches"),
+        wrong_prediction("twenty", 20.0, "far above a uniform guess"),
+    ],
+    points=1,
+)
+
+register(WARMUP_COSINE_LR, TRAIN_STEP, GET_BATCH, PREDICT_INITIAL_LOSS)

@@ -19,6 +19,7 @@ import torch
 from tutorial_lib import sampling as reference
 from tutorial_lib.attention import causal_attention, scaled_dot_product_attention
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register
+from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 from tutorial_lib.kv_cache import LayerKVCache
 from tutorial_lib.models.gpt import GPT, GPTConfig
 
@@ -589,4 +590,156 @@ CACHED_FORWARD = Exercise(
     ),
 )
 
-register(SAMPLE, TOP_K, TOP_P, KV_CACHE_ATTENTION, CACHED_FORWARD)
+# --- 10.generate (build) -----------------------------------------------------------------------------------------------
+
+
+class _SmallGPT(GPT):
+    """The small, context-sensitive GPT of ``10.cached_forward``, with a one-line repr for the verdicts."""
+
+    def __repr__(self) -> str:
+        return "GPT(d_vocab=11, n_ctx=16, d_model=16, 2 layers, random weights)"
+
+
+def _generation_model() -> GPT:
+    model = _cached_forward_model()
+    model.__class__ = _SmallGPT  # the same modules and weights; only the repr differs
+    return model
+
+
+def reference_generate(model, prompt, max_new_tokens, temperature, top_p, generator):
+    """The package's :func:`~tutorial_lib.sampling.generate` with its KV cache: temperature, then top-p, then a draw."""
+    return reference.generate(model, prompt, max_new_tokens, temperature=temperature, top_p=top_p, generator=generator)
+
+
+def _generate_cases(generator: torch.Generator) -> list[Case]:
+    def seeded(seed: int) -> torch.Generator:
+        return torch.Generator().manual_seed(seed)
+
+    return [
+        Case.of(model=_generation_model(), prompt=torch.randint(11, (2, 4), generator=generator), max_new_tokens=6,
+                temperature=0.7, top_p=0.9, generator=seeded(1), note="two prompts of 4 tokens, T = 0.7, top-p 0.9"),
+        Case.of(model=_generation_model(), prompt=torch.randint(11, (3, 3), generator=generator), max_new_tokens=5,
+                temperature=1.5, top_p=0.6, generator=seeded(2), note="three prompts of 3 tokens, T = 1.5, top-p 0.6"),
+    ]
+
+
+def _generate_like(*, feed="new", cache=True, temperature="logits", top_p=True, position=-1, returned="all", steps=0):
+    """A learner's generation loop; each keyword reproduces one way of composing it wrong."""
+
+    def generate(model, prompt, max_new_tokens, temperature_, top_p_, generator):
+        model.eval()
+        kv = model.make_kv_cache(prompt.shape[0]) if cache else None
+        tokens, step_input = prompt, prompt
+        with torch.no_grad():
+            for _ in range(max_new_tokens + steps):
+                logits = model(step_input, cache=kv)[:, position]
+                if temperature == "logits":
+                    logits = logits / temperature_
+                if top_p and temperature == "after":
+                    logits = reference.top_p_filter(logits, top_p_) / temperature_
+                elif top_p:
+                    logits = reference.top_p_filter(logits, top_p_)
+                probs = torch.softmax(logits, dim=-1)
+                if temperature == "probabilities":
+                    probs = probs / temperature_
+                next_token = torch.multinomial(probs, 1, generator=generator)
+                tokens = torch.cat([tokens, next_token], dim=1)
+                step_input = next_token if feed == "new" else tokens
+        return tokens if returned == "all" else tokens[:, prompt.shape[1]:]
+
+    return generate
+
+
+def _generate_greedy(model, prompt, max_new_tokens, temperature, top_p, generator):
+    cache, tokens, step_input = model.make_kv_cache(prompt.shape[0]), prompt, prompt
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            next_token = model.eval()(step_input, cache=cache)[:, -1].argmax(-1, keepdim=True)
+            tokens, step_input = torch.cat([tokens, next_token], dim=1), next_token
+    return tokens
+
+
+GENERATE = Exercise(
+    id="10.generate",
+    reference=reference_generate,
+    cases=_generate_cases,
+    points=3,
+    outputs=("the tokens",),
+    axes={"the tokens": "position"},
+    checked="a small GPT continuing two batches of prompts with temperature and top-p through its KV cache, drawing "
+            "from the seeded generator, against the package's generate",
+    hint="create the cache once; feed the prompt once and then only the newest token; take the last position's logits, "
+         "divide by the temperature, filter with top-p, softmax, draw one token per row with "
+         "`torch.multinomial(probs, 1, generator=generator)`; return the prompt followed by the new tokens.",
+    mistakes=(
+        Mistake("refed_the_sequence", "fed the whole sequence again at every step, into a cache that already holds it",
+                "The cache already holds the keys and values of every earlier position: after the prompt, feed only "
+                "the newest token (`next_token`, shape (batch, 1)).", (_generate_like(feed="all"),)),
+        Mistake("no_cache", "fed only the newest token but without a KV cache, so the model forgot the context",
+                "Feeding one token is only right because the cache holds the rest: create it with "
+                "`model.make_kv_cache(batch)` and pass `cache=` at every step.", (_generate_like(cache=False),)),
+        Mistake("filtered_before_temperature", "applied top-p before the temperature",
+                "The temperature reshapes the distribution first, and the nucleus is taken from the reshaped one: "
+                "divide by T, then filter with top-p.", (_generate_like(temperature="after"),)),
+        Mistake("temperature_not_applied", "left the temperature out of the distribution (or divided the "
+                                           "probabilities by it, which the draw renormalises away)",
+                "Divide the *logits* by the temperature, before the softmax.",
+                (_generate_like(temperature="none"), _generate_like(temperature="probabilities"))),
+        Mistake("top_p_not_applied", "sampled from the whole distribution, without the top-p filter",
+                "Filter the tempered logits with top-p (`top_p_filter(logits, top_p)`) before the softmax.",
+                (_generate_like(top_p=False),)),
+        Mistake("first_position_logits", "took the logits of the first position of each step's input instead of the last",
+                "The next token is predicted at the last position: `model(...)[:, -1]`. (From the second step on "
+                "there is one position, so only the first token goes wrong.)", (_generate_like(position=0),)),
+        Mistake("returned_new_tokens_only", "returned only the new tokens, without the prompt",
+                "Return the whole sequence, the prompt followed by the new tokens, as `generate` does.",
+                (_generate_like(returned="new"),)),
+    ),
+    mutants=(
+        Mutant("greedy", "takes the argmax instead of sampling", _generate_greedy),
+        Mutant("one_token_short", "generates max_new_tokens - 1 tokens", _generate_like(steps=-1)),
+    ),
+)
+
+
+# --- 10.predict_nucleus_size (predict, then measure) --------------------------------------------------------------------
+
+PREDICT_VOCAB, PREDICT_TOP_P = 1000, 0.9
+
+
+def nucleus_size(d_vocab: int = PREDICT_VOCAB, top_p: float = PREDICT_TOP_P) -> tuple[int, float]:
+    """How many tokens top-p keeps of a Zipf distribution (p ∝ 1/rank) over ``d_vocab`` tokens, and the probability
+    of the most likely token."""
+    logits = -torch.log(torch.arange(1, d_vocab + 1, dtype=torch.float64))[None]
+    kept = reference.top_p_filter(logits, top_p) > float("-inf")
+    return int(kept.sum()), torch.softmax(logits, dim=-1)[0, 0].item()
+
+
+PREDICT_NUCLEUS_SIZE = predict_number(
+    "10.predict_nucleus_size",
+    measure=lambda: nucleus_size()[0],
+    question=f"the number of tokens top-p = {PREDICT_TOP_P} keeps of {PREDICT_VOCAB}",
+    within=1.5,
+    misconceptions=[
+        Misconception("fraction_of_vocabulary", PREDICT_TOP_P * PREDICT_VOCAB,
+                      "took top-p to keep that fraction of the vocabulary",
+                      "top-p keeps a share of the probability *mass*, not of the tokens: the most likely tokens hold "
+                      "most of it, so fewer tokens are needed."),
+        Misconception("a_handful", 10.0, "expected the nucleus to hold a handful of tokens, as a small top-k does",
+                      "Under a long flat tail the rare tokens together hold much of the mass: reaching 90% takes "
+                      "hundreds of them. That is top-p's point: its size adapts to the distribution."),
+        Misconception("only_the_best", 1.0, "expected top-p to keep the single most likely token",
+                      "The most likely token holds about 13% here; top-p keeps adding tokens, most likely first, until "
+                      "their mass reaches 0.9."),
+        Misconception("complement", (1 - PREDICT_TOP_P) * PREDICT_VOCAB,
+                      "kept (1 - top_p) of the vocabulary, the share that top-p drops",
+                      "top_p is the mass kept, not the mass dropped, and it is counted in probability, not in tokens."),
+    ],
+    mutants=[
+        wrong_prediction("everything", 5000.0, "more tokens than the vocabulary has"),
+        wrong_prediction("three", 3.0, "a count of the top three"),
+    ],
+    points=1,
+)
+
+register(SAMPLE, TOP_K, TOP_P, KV_CACHE_ATTENTION, CACHED_FORWARD, GENERATE, PREDICT_NUCLEUS_SIZE)

@@ -12,6 +12,11 @@
   interval of those differences holds 0. A row of fewer than two seeds is bad input (ValueError). The catalogue names
   the classic mistakes: k·σ of the baseline alone, an unpaired comparison, 1.96 instead of t, a one-sided quantile, n
   degrees of freedom, no √n, the population standard deviation, a short row paired with the whole baseline.
+- ``11.build_ablated_model`` (the build exercise) composes a Change's configuration fields, model class and surgery
+  into the model of a row, seeded just before its weights are drawn; the check calls it from a global random state
+  that is not the seed's, so an answer that seeds too late (or never) is caught.
+- ``11.predict_no_attention_loss`` (predict, then measure): the loss floor of a model without attention, the bigram
+  cross-entropy of the text (:func:`bigram_cross_entropy`).
 
 As in ``ch03``, the mistakes are written the way a learner would write them, unannotated.
 """
@@ -28,9 +33,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tutorial_lib.recipes.ablation import Skip, block_gradient_norms, build_ablated_model, within_noise
+from tutorial_lib.recipes.ablation import Change, Skip, block_gradient_norms, build_ablated_model, within_noise
 from tutorial_lib.stats import compare_paired, t_quantile
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register
+from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 from tutorial_lib.models.gpt import GPT, GPTConfig
 from tutorial_lib.training import language_model_loss
 
@@ -526,4 +532,196 @@ WITHIN_NOISE = Exercise(
 )
 
 
-register(REMOVE_ATTENTION, BLOCK_GRADIENT_NORMS, WITHIN_NOISE)
+
+# --- 11.build_ablated_model (build) ------------------------------------------------------------------------------------
+# The runner's first half, composed from a Change's three parts: the configuration fields it replaces, the model class
+# it builds (GPT unless it says), and the surgery it performs on the built model, all initialised from the run's seed
+# so that a row and the baseline of the same seed start from the same draws.
+
+_NOTEBOOK_SEED = 1234  # the global RNG as a notebook leaves it: an answer that does not seed builds from this state
+
+
+class _ShownChange(Change):
+    """A Change that verdicts show by its name and description."""
+
+    def __repr__(self) -> str:
+        return f"<the change {self.name}: {self.description}>"
+
+
+def _untied_gpt(cfg: GPTConfig) -> GPT:
+    return GPT(cfg.replace(tie_embeddings=False))
+
+
+def _drop_positions(model: GPT) -> None:
+    model.pos_embed = None
+
+
+def _drop_ffn(model: GPT) -> None:
+    for block in model.blocks:
+        block.ffn, block.ffn_residual = nn.Identity(), Skip()
+
+
+def _build_call(obj, args) -> tuple[torch.Tensor, int]:
+    change, seed, model_cfg, tokens = args
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(_NOTEBOOK_SEED)
+        model = obj(change, seed=seed, model_cfg=model_cfg)
+    if not isinstance(model, nn.Module):
+        raise WrongOutput("wrong_type", f"build_ablated_model should return the built model (an nn.Module), got a "
+                                        f"value of type {type(model).__name__}")
+    model.eval()
+    with torch.no_grad():
+        logits = model(tokens)
+    return logits, sum(p.numel() for p in model.parameters())
+
+
+def _build_cases(generator: torch.Generator) -> list[Case]:
+    def tokens() -> torch.Tensor:
+        return torch.randint(_TINY.d_vocab, (2, _TINY.n_ctx), generator=generator)
+
+    return [
+        Case.of(change=_ShownChange("baseline", "nothing changed"), seed=4, model_cfg=_TINY, tokens=tokens()),
+        Case.of(change=_ShownChange("one_head", "one head instead of two", model={"n_heads": 1}), seed=0,
+                model_cfg=_TINY, tokens=tokens()),
+        Case.of(change=_ShownChange("no_ffn", "no feed-forward network", surgery=_drop_ffn), seed=1, model_cfg=_TINY,
+                tokens=tokens()),
+        Case.of(change=_ShownChange("post_norm_no_positions", "post-norm, without positions",
+                                    model={"placement": "post"}, surgery=_drop_positions),
+                seed=2, model_cfg=_TINY, tokens=tokens()),
+        Case.of(change=_ShownChange("untied_wide", "untied embeddings, d_ff 24", model={"d_ff": 24}, build=_untied_gpt),
+                seed=3, model_cfg=_TINY, tokens=tokens()),
+    ]
+
+
+def reference_build_ablated_model(change, *, seed=0, model_cfg=_TINY):
+    """The package's :func:`tutorial_lib.recipes.ablation.build_ablated_model`."""
+    return build_ablated_model(change, seed=seed, model_cfg=model_cfg)
+
+
+def _build_like(*, replace=True, replace_for_build=True, seed_when="before", surgery="apply", builder=True,
+                seed_offset=0, fixed_seed=None, base_cfg=None):
+    """A learner's build_ablated_model; each keyword reproduces one way of getting it wrong."""
+
+    def build_ablated_model(change, *, seed=0, model_cfg=_TINY):
+        base = model_cfg if base_cfg is None else base_cfg
+        cfg = base.replace(**change.model) if replace else base
+        if seed_when == "before":
+            torch.manual_seed(seed + seed_offset if fixed_seed is None else fixed_seed)
+        elif seed_when == "generator":
+            torch.Generator().manual_seed(seed)  # a generator of its own, which GPT's initialisation never reads
+        if builder and change.build is not None:
+            model = change.build(cfg if replace_for_build else base)
+        else:
+            model = GPT(cfg)
+        if seed_when == "after":
+            torch.manual_seed(seed)
+        if change.surgery is not None:
+            if surgery == "apply":
+                change.surgery(model)
+            elif surgery == "assign":
+                model = change.surgery(model)
+        return model
+
+    return build_ablated_model
+
+
+BUILD_ABLATED_MODEL = Exercise(
+    id="11.build_ablated_model",
+    reference=reference_build_ablated_model,
+    cases=_build_cases,
+    points=3,
+    call=_build_call,
+    outputs=("the logits", "the parameter count"),
+    axes={"the logits": "batch seq d_vocab"},
+    checked=(
+        "five changes to a tiny GPT (nothing, a configuration field, a surgery, both, and a model class of its own "
+        "with a field), each from its own seed: the same logits and the same number of parameters as the runner's model"
+    ),
+    hint=(
+        "three steps in this order: the configuration `model_cfg.replace(**change.model)`; `torch.manual_seed(seed)` "
+        "and then the model, `change.build(cfg)` when the change has a builder and `GPT(cfg)` otherwise; then "
+        "`change.surgery(model)` when it has one (it edits in place and returns None), and return the model."
+    ),
+    mistakes=(
+        Mistake("config_change_ignored", "built the model from `model_cfg` without the change's configuration fields",
+                "A change such as one_head is nothing but its fields: build from `model_cfg.replace(**change.model)`, "
+                "and hand that configuration to the change's own builder too.",
+                (_build_like(replace=False), _build_like(replace_for_build=False))),
+        Mistake("surgery_skipped", "never applied the change's surgery",
+                "A change such as no_ffn edits the built model: call `change.surgery(model)` when it is not None.",
+                (_build_like(surgery="skip"),)),
+        Mistake("seeded_after_building", "drew the initial weights before seeding the global generator (or never "
+                "seeded it)",
+                "GPT's initialisation draws from torch's global generator when the model is built: call "
+                "`torch.manual_seed(seed)` just before building, so that a row and the baseline of one seed start from "
+                "the same draws. A `torch.Generator` of your own is never read by `nn.Linear`.",
+                (_build_like(seed_when="after"), _build_like(seed_when="never"), _build_like(seed_when="generator"))),
+        Mistake("builder_ignored", "built a GPT even when the change brings its own model class",
+                "`change.build`, when it is not None, replaces `GPT`: `model = change.build(cfg)`.",
+                (_build_like(builder=False),)),
+        Mistake("surgery_result_assigned", "assigned what the surgery returns to the model",
+                "A surgery edits the model in place and returns None: call `change.surgery(model)` on its own line and "
+                "keep `model`.", (_build_like(surgery="assign"),)),
+    ),
+    mutants=(
+        Mutant("seed_fixed_zero", "seeds with 0 whatever the seed", _build_like(fixed_seed=0)),
+        Mutant("seed_off_by_one", "seeds with seed + 1", _build_like(seed_offset=1)),
+        Mutant("default_config", "builds from a fixed configuration of its own instead of `model_cfg`",
+               _build_like(base_cfg=_TINY.replace(d_model=24, n_heads=2))),
+    ),
+)
+
+
+# --- 11.predict_no_attention_loss (predict, then measure) -------------------------------------------------------------
+
+
+def bigram_cross_entropy(dataset) -> float:
+    """The loss floor of a model that sees only the current character: the cross-entropy of the validation text under
+    the training text's bigram frequencies, one count added to every pair (so that no pair has probability zero)."""
+    d_vocab = dataset.tokenizer.d_vocab
+    pairs = torch.zeros(d_vocab, d_vocab, dtype=torch.float64)
+    pairs.index_put_((dataset.train[:-1], dataset.train[1:]), torch.ones(len(dataset.train) - 1, dtype=torch.float64),
+                     accumulate=True)
+    bigram = (pairs + 1) / (pairs + 1).sum(dim=1, keepdim=True)  # row: the current character, column: the next
+    return -bigram[dataset.val[:-1], dataset.val[1:]].log().mean().item()
+
+
+def _measure_bigram_bound() -> float:
+    from tutorial_lib.data.shakespeare import load_shakespeare_char
+
+    return bigram_cross_entropy(load_shakespeare_char())
+
+
+PREDICT_NO_ATTENTION_LOSS = predict_number(
+    "11.predict_no_attention_loss",
+    measure=_measure_bigram_bound,
+    question="the lowest loss without attention",
+    hint=("A position that reads no other position predicts the next character from its own alone: think of a table "
+          "of which character follows which"),
+    within=1.2,
+    points=1,
+    misconceptions=[
+        Misconception("learns_nothing", math.log(65),
+                      "expected a model without attention to learn nothing, so that it stays at the uniform loss ln 65",
+                      "Attention is gone, but each position still reads its own character through the embedding: "
+                      "the model learns which character tends to follow it, the bigram statistics."),
+        Misconception("frequencies_only", 3.3,
+                      "expected it to know only how often each character occurs (the unigram entropy, about 3.3 nats)",
+                      "That is a model that sees nothing at all. Position t still sees its own character, and the next "
+                      "character depends on it strongly (after 'q' comes 'u'): the floor is the bigram cross-entropy."),
+        Misconception("bits_not_nats", 3.58,
+                      "gave the bigram bound in bits (about 3.6) where the losses are in nats",
+                      "The cross-entropy the book reports uses the natural log: divide a value in bits by log2(e) ≈ 1.44."),
+        Misconception("memorises", 0.0,
+                      "expected the feed-forward networks to memorise the text and reach a loss near zero",
+                      "Without attention no position reads another: whatever its layers compute, the prediction at t "
+                      "is a function of the character at t (and t itself), so it cannot beat the bigram statistics."),
+    ],
+    mutants=[
+        wrong_prediction("ten_nats", 10.0, "a loss far above the uniform one"),
+        wrong_prediction("one_nat", 1.0, "a loss below what a bigram model can reach, no misconception's value"),
+    ],
+)
+
+
+register(REMOVE_ATTENTION, PREDICT_NO_ATTENTION_LOSS, BLOCK_GRADIENT_NORMS, WITHIN_NOISE, BUILD_ABLATED_MODEL)

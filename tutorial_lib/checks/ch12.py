@@ -16,6 +16,10 @@
   heads, head ``h`` a copy of head ``h // n_rep``. The cases have two or more key/value heads repeated, so that
   ``x.repeat(1, n_rep, 1, 1)`` (the heads tiled, ``h % n_kv_heads``) is told apart from ``repeat_interleave``, and
   ``n_kv_heads != n_rep`` once, so that the two counts cannot be swapped unnoticed.
+- ``12.predict_rope_wavelength`` (predict, then measure): how many positions the slowest pair of a 64-dimensional
+  head needs for one turn, 2π / θ_31, from :func:`~tutorial_lib.rope.rope_frequencies`.
+
+``12.llama_block`` is the chapter's build exercise: it composes RMSNorm, RoPE, causal attention and SwiGLU.
 
 As in ``ch03``, the mistakes are written the way a learner would write them and carry no annotations.
 """
@@ -29,9 +33,10 @@ import torch.nn.functional as F
 
 from tutorial_lib.attention import causal_mask
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
+from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 from tutorial_lib.models.llama import repeat_kv
 from tutorial_lib.multi_head import merge_heads, split_heads
-from tutorial_lib.rope import apply_rope, rope_tables
+from tutorial_lib.rope import apply_rope, rope_frequencies, rope_tables
 
 # --- 12.rope_tables -----------------------------------------------------------------------------------------------------
 
@@ -470,4 +475,46 @@ REPEAT_KV = Exercise(
     ),
 )
 
-register(ROPE_TABLES, APPLY_ROPE, LLAMA_BLOCK, REPEAT_KV)
+# --- 12.predict_rope_wavelength (predict, then measure) ---------------------------------------------------------------
+
+
+def slowest_rope_wavelength(d_head: int = 64, base: float = 10000.0) -> float:
+    """How many positions the slowest-turning pair of a head's dimensions needs for one full turn: 2π / θ_(d/2 - 1)."""
+    return (2 * math.pi / rope_frequencies(d_head, base)[-1]).item()
+
+
+PREDICT_ROPE_WAVELENGTH = predict_number(
+    "12.predict_rope_wavelength",
+    measure=slowest_rope_wavelength,
+    question="the slowest pair's wavelength at d_head 64",
+    hint="Write down θ_i for the last pair, i = d_head/2 - 1, then turn radians per position into positions per turn",
+    within=1.2,
+    points=1,
+    misconceptions=[
+        Misconception("base_is_wavelength", 10000.0,
+                      "took the base, 10000, for the longest wavelength",
+                      "The base sets the slowest angle, θ = base^(-2i/d_head) radians per position, and one turn is 2π "
+                      "radians: the wavelength is 2π / θ."),
+        Misconception("exponent_one", 2 * math.pi * 10000.0,
+                      "let the last pair turn by base^(-1) radians per position, 2π · 10000 positions per turn",
+                      "i stops at d_head/2 - 1, so the last exponent is -2(d_head/2 - 1)/d_head = -62/64 at d_head 64, "
+                      "not -1: the slowest angle is a little faster than 1/base."),
+        Misconception("radians_not_turns", 10000.0 ** (62 / 64),
+                      "gave 1/θ, the positions per radian, where a turn is 2π radians",
+                      "A full turn is 2π radians: multiply 1/θ by 2π."),
+        Misconception("fastest_pair", 2 * math.pi,
+                      "gave the wavelength of the fastest pair, θ_0 = 1 radian per position",
+                      "Pair 0 turns once every 2π positions; the question is about the slowest pair, i = d_head/2 - 1."),
+        Misconception("head_size", 64.0,
+                      "expected every pair to turn once over d_head positions",
+                      "The wavelengths are geometric, from 2π positions to about 2π · base: d_head only sets how many "
+                      "pairs share that range."),
+    ],
+    mutants=[
+        wrong_prediction("a_million", 1e6, "twenty times too long, no misconception's value"),
+        wrong_prediction("five_hundred", 500.0, "a hundred times too short, no misconception's value"),
+    ],
+)
+
+
+register(ROPE_TABLES, PREDICT_ROPE_WAVELENGTH, APPLY_ROPE, LLAMA_BLOCK, REPEAT_KV)

@@ -13,6 +13,11 @@ and the backward of one tile.
 - ``13.tile_backward`` is one tile of FlashAttention-2's backward: this tile's share of dQ, dK and dV, from the tile
   recomputed with the saved log-sum-exp and ``D = rowsum(dO ∘ O)``
   (:func:`tutorial_lib.efficient_attention.tile_backward`).
+- ``13.tiled_attention`` (the build exercise) composes the tile update into the causal forward of FlashAttention
+  (:func:`tutorial_lib.efficient_attention.tiled_attention`); like the banded exercise, it records the tensors the
+  answer creates, so scores built a strip at a time are caught.
+- ``13.predict_naive_memory`` (predict, then measure): the peak memory of the chapter-03 causal attention at 1024
+  positions, measured by :func:`tutorial_lib.widgets.attention_costs.peak_tensor_memory`.
 
 As in ``ch03``, the mistakes are written the way a learner would write them and carry no annotations.
 """
@@ -21,10 +26,12 @@ from __future__ import annotations
 
 import math
 import torch
+import torch._dynamo  # noqa: F401  the tensor recorders' first use imports it: here, outside a check's time limit
 import torch.nn.functional as F
 
 from tutorial_lib import efficient_attention as reference
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register
+from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 from tutorial_lib.widgets.attention_costs import LargestTensor
 
 # --- 13.online_softmax --------------------------------------------------------------------------------------------------
@@ -618,5 +625,196 @@ TILE_BACKWARD = Exercise(
 )
 
 
-register(ONLINE_SOFTMAX, TILE_UPDATE, BANDED_ATTENTION, LINEAR_ATTENTION, TILE_BACKWARD)
+# --- 13.tiled_attention (build) -----------------------------------------------------------------------------------------
+# The tile update of 13.tile_update, composed into FlashAttention's forward: the queries scaled once, a fresh running
+# state per block of queries, the key tiles up to the diagonal folded in by absolute position, acc / l at the end.
+
+
+def reference_tiled_attention(q, k, v, block_size):
+    """The package's :func:`tutorial_lib.efficient_attention.tiled_attention`, causal, square tiles."""
+    return reference.tiled_attention(q, k, v, causal=True, block_q=block_size, block_k=block_size)
+
+
+def _tiled_call(tiled_attention, args):
+    """Run the answer while recording its tensors: on a long sequence, a tensor more than twice the size of a tile or
+    of the inputs means the answer built (a strip of) the scores it was meant to tile."""
+    q, k, v, block_size = args
+    with LargestTensor() as recorder:
+        out = tiled_attention(q, k, v, block_size)
+    seq = q.shape[-2]
+    room = 2 * max(block_size * block_size, seq * q.shape[-1], seq * v.shape[-1])  # a tile, or the inputs' size
+    if seq >= 64 and recorder.largest > room:
+        raise WrongOutput("wrong_values", f"it created a tensor of more than {room:,} elements, where one tile of "
+                                          f"scores holds {block_size * block_size:,} and the {seq} × {seq} matrix "
+                                          f"that tiling avoids {seq * seq:,}")
+    return out
+
+
+def _tiled_cases(generator: torch.Generator) -> list[Case]:
+    def qkv(*batch: int, seq: int, d_head: int, d_value: int, scale: float = 1.0, dtype: torch.dtype = torch.float32):
+        q, k, v = (torch.randn(*batch, seq, size, generator=generator, dtype=dtype)
+                   for size in (d_head, d_head, d_value))
+        return {"q": q * scale, "k": k, "v": v}
+
+    return [
+        Case.of(**qkv(2, seq=8, d_head=4, d_value=4, scale=2.0), block_size=4, note="two blocks of 4"),
+        Case.of(**qkv(2, 3, seq=10, d_head=6, d_value=5, scale=2.0), block_size=4,
+                note="a head axis, a last block of 2, d_value ≠ d_head"),
+        Case.of(**qkv(1, seq=7, d_head=4, d_value=3, scale=3.0, dtype=torch.float64), block_size=3,
+                note="float64, blocks of 3"),
+        Case.of(**qkv(2, seq=5, d_head=4, d_value=4), block_size=8, note="one block longer than the sequence"),
+        Case.of(**qkv(1, seq=128, d_head=4, d_value=4, scale=2.0), block_size=16,
+                note="128 positions in blocks of 16: no room for 128 × 128 scores"),
+    ]
+
+
+def _tiled_like(*, scale=True, reset=True, positions="absolute", normalise=True, last_block=True):
+    """A learner's tiled attention built on the tile update; each keyword reproduces one way of getting it wrong."""
+
+    def tiled_attention(q, k, v, block_size):
+        seq = q.shape[-2]
+        if scale:
+            q = q / math.sqrt(q.shape[-1])
+        stop = seq if last_block else seq - seq % block_size
+
+        def fresh(q_blk):
+            return (torch.full((*q_blk.shape[:-1], 1), float("-inf"), dtype=q.dtype),
+                    torch.zeros((*q_blk.shape[:-1], 1), dtype=q.dtype),
+                    torch.zeros((*q_blk.shape[:-1], v.shape[-1]), dtype=q.dtype))
+
+        outputs = []
+        state = None
+        for q_start in range(0, stop, block_size):
+            q_blk = q[..., q_start : q_start + block_size, :]
+            if reset or state is None or state[0].shape != (*q_blk.shape[:-1], 1):
+                state = fresh(q_blk)
+            m, l, acc = state
+            for k_start in range(0, min(seq, q_start + block_size), block_size):
+                where = (q_start, k_start) if positions == "absolute" else (q_start // block_size, k_start // block_size)
+                m, l, acc = reference_tile_update(q_blk, k[..., k_start : k_start + block_size, :],
+                                                  v[..., k_start : k_start + block_size, :], m, l, acc, *where)
+            state = (m, l, acc)
+            outputs.append(acc / l if normalise else acc)
+        return torch.cat(outputs, dim=-2)
+
+    return tiled_attention
+
+
+def _tiled_full_matrix(q, k, v, block_size):
+    seq = q.shape[-2]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    scores = scores.masked_fill(torch.ones(seq, seq, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def _tiled_full_matrix_per_block(q, k, v, block_size):
+    """Each block of queries against every key at once: a block_size × seq strip of scores."""
+    seq = q.shape[-2]
+    outputs = []
+    for q_start in range(0, seq, block_size):
+        q_blk = q[..., q_start : q_start + block_size, :] / math.sqrt(q.shape[-1])
+        scores = q_blk @ k.transpose(-2, -1)
+        query = q_start + torch.arange(q_blk.shape[-2])[:, None]
+        scores = scores.masked_fill(torch.arange(seq)[None, :] > query, float("-inf"))
+        outputs.append(torch.softmax(scores, dim=-1) @ v)
+    return torch.cat(outputs, dim=-2)
+
+
+def _tiled_scaled_twice(q, k, v, block_size):
+    return reference_tiled_attention(q / math.sqrt(q.shape[-1]), k, v, block_size)
+
+
+def _tiled_anticausal(q, k, v, block_size):
+    return reference_tiled_attention(q.flip(-2), k.flip(-2), v.flip(-2), block_size).flip(-2)
+
+
+TILED_ATTENTION = Exercise(
+    id="13.tiled_attention",
+    reference=reference_tiled_attention,
+    cases=_tiled_cases,
+    points=3,
+    call=_tiled_call,
+    outputs=("the output",),
+    axes={"the output": "seq d_value"},
+    checked=(
+        "causal self-attention in blocks of 3, 4, 8 and 16, a last block shorter than the others, a block longer than "
+        "the sequence, float64, and 128 positions with no tensor as large as the score matrix"
+    ),
+    hint=(
+        "divide q by √d_head once; for each block of queries, a fresh state (m = -inf, l = 0, acc = 0); fold in the key "
+        "tiles from 0 up to the end of the query block with the tile update, passing the tiles' first positions "
+        "(q_start, k_start); append acc / l; concatenate the blocks along the positions."
+    ),
+    mistakes=(
+        Mistake("not_normalised", "returned the accumulator without dividing it by the running sum",
+                "acc holds Σ e^(s - m) v, the numerator of the softmax's weighted sum: the output is `acc / l`.",
+                (_tiled_like(normalise=False),)),
+        Mistake("state_carried_over", "carried the running state (m, l, acc) from one block of queries to the next",
+                "Each query's state starts empty: create m = -inf, l = 0 and acc = 0 inside the loop over query blocks, "
+                "before its key tiles.", (_tiled_like(reset=False),)),
+        Mistake("block_numbers_for_positions", "passed the block numbers to the tile update instead of the positions",
+                "The tile update places its causal mask by absolute position: pass q_start and k_start, the first "
+                "position of each block, not the block's index.", (_tiled_like(positions="index"),)),
+        Mistake("not_scaled", "forgot to divide the queries by √d_k",
+                "The tile update expects queries already divided by √d_head (Eq. (1)): scale q once, before the loops.",
+                (_tiled_like(scale=False),)),
+        Mistake("full_score_matrix", "computed the scores of many keys at once instead of one tile at a time",
+                "The point of tiling is that no more than one block_size × block_size tile of scores exists at once: "
+                "loop over the key tiles too, and fold each in with the tile update.",
+                (_tiled_full_matrix, _tiled_full_matrix_per_block)),
+    ),
+    mutants=(
+        Mutant("last_block_dropped", "stops before a last, shorter block of queries", _tiled_like(last_block=False)),
+        Mutant("scaled_twice", "divides the queries by √d_k twice", _tiled_scaled_twice),
+        Mutant("anticausal", "lets each query read the later keys instead of the earlier ones", _tiled_anticausal),
+    ),
+)
+
+
+# --- 13.predict_naive_memory (predict, then measure) ----------------------------------------------------------------
+
+
+def naive_attention_peak_mib(seq: int = 1024, d_head: int = 64) -> float:
+    """The peak memory, in MiB, of the tensors that the chapter-03 causal attention creates on one head of ``seq``
+    positions (float32 queries, keys and values of ``d_head``; the inputs not counted)."""
+    from tutorial_lib.attention import causal_attention
+    from tutorial_lib.widgets.attention_costs import peak_tensor_memory, random_qkv
+
+    q, k, v = random_qkv(seq, n_heads=1, d_head=d_head)
+    _, peak = peak_tensor_memory(causal_attention, q, k, v)
+    return peak / 2**20
+
+
+PREDICT_NAIVE_MEMORY = predict_number(
+    "13.predict_naive_memory",
+    measure=naive_attention_peak_mib,
+    question="the naive attention's peak memory in MiB",
+    hint="Count the 1024 × 1024 tensors that the chapter-03 attention holds at once, at 4 bytes per float",
+    within=1.5,
+    points=1,
+    misconceptions=[
+        Misconception("one_score_matrix", 4.0,
+                      "counted one 1024 × 1024 matrix of scores (4 MiB)",
+                      "The scores are not the only n × n tensor: the mask, the masked scores and the softmax's weights "
+                      "are each another one, and several are alive at once."),
+        Misconception("inputs_and_output", 0.25,
+                      "counted only tensors of the size of q, k, v and the output (1024 × 64 floats, 0.25 MiB)",
+                      "The naive path materialises the n × n scores; it is the tiled path that stays near the size "
+                      "of its inputs."),
+        Misconception("elements_not_bytes", 1.0,
+                      "counted the 1024² elements of one matrix as bytes (1 MiB)",
+                      "A float32 takes 4 bytes: one 1024 × 1024 matrix is 4 MiB, before the others."),
+        Misconception("pairs_times_d_head", 256.0,
+                      "expected a d_head-long vector per query-key pair (1024² · 64 floats, 256 MiB)",
+                      "q kᵀ sums over d_head: each pair leaves one number, so the largest tensors are 1024 × 1024."),
+    ],
+    mutants=[
+        wrong_prediction("fifty", 50.0, "almost four times too large, no misconception's value"),
+        wrong_prediction("two_gib", 2048.0, "a hundred and fifty times too large, no misconception's value"),
+    ],
+)
+
+
+register(ONLINE_SOFTMAX, TILE_UPDATE, TILED_ATTENTION, PREDICT_NAIVE_MEMORY, BANDED_ATTENTION, LINEAR_ATTENTION,
+         TILE_BACKWARD)
 

@@ -8,18 +8,29 @@
   underflow a softmax.
 - ``14.nsp_pairs`` is :func:`tutorial_lib.data.dialogue.nsp_pairs`: one pair per line that has a next line, half of
   them with a random line that is neither A nor its next line.
+- ``14.fine_tune_step`` (the build exercise) composes the padding mask, the classifier, its cross-entropy and the
+  optimizer into one update (:func:`tutorial_lib.recipes.bert.classification_loss`, then backward and step); tiny
+  float64 classifiers with SGD, some holding the gradients of an earlier batch.
+- ``14.predict_mask_share`` (predict, then measure): the share of ordinary tokens that the masking turns into [MASK].
 
 As in ``ch03``, the mistakes are written the way a learner would write them and carry no annotations.
 """
 
 from __future__ import annotations
 
+import numbers
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
+from torch import nn
 
-from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
+from tutorial_lib.attention import padding_mask
+from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register
+from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 from tutorial_lib.data.dialogue import nsp_pairs
-from tutorial_lib.models.bert import IGNORE_INDEX, mask_tokens
+from tutorial_lib.models.bert import IGNORE_INDEX, BERTConfig, BERTForSequenceClassification, mask_tokens
+from tutorial_lib.recipes.bert import ClassificationBatch, classification_loss
 
 # --- 14.mask_tokens -----------------------------------------------------------------------------------------------------
 
@@ -438,4 +449,233 @@ NSP_PAIRS = Exercise(
     ),
 )
 
-register(MASK_TOKENS, MLM_LOSS, NSP_PAIRS)
+# --- 14.fine_tune_step (build) ------------------------------------------------------------------------------------------
+# One step of fine-tuning, composed from the chapter's pieces: the padding mask from the lengths, the classifier on
+# tokens and segments, the cross-entropy of the labels, and the optimizer's zero_grad / backward / step in that order.
+
+_BERT_TINY = BERTConfig(d_vocab=20, n_ctx=12, d_model=16, n_heads=2, n_layers=1, dropout=0.0)
+_SGD_LR = 0.5
+
+
+@dataclass(frozen=True)
+class _Classifier:
+    """How a case builds its model and optimizer: a fresh seeded float64 classifier and plain SGD per call."""
+
+    description: str
+    n_classes: int = 2
+    seed: int = 0
+    stale_gradients: bool = False  # hand it over holding the gradients of an earlier batch
+
+    def build(self) -> tuple[nn.Module, torch.optim.Optimizer]:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            model = BERTForSequenceClassification(_BERT_TINY, self.n_classes).double()
+            with torch.no_grad():  # weights far from BERT's tiny initialisation, so that every mistake shows
+                for parameter in model.parameters():
+                    parameter.normal_(0.0, 0.5)
+        optimizer = torch.optim.SGD(model.parameters(), lr=_SGD_LR)
+        if self.stale_gradients:
+            other = torch.randint(5, _BERT_TINY.d_vocab, (2, 6), generator=torch.Generator().manual_seed(99))
+            model(other).sum().backward()
+        return model, optimizer
+
+    def __repr__(self) -> str:
+        return f"<{self.description}>"
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """A padded batch of pairs, handed to the answer as a ClassificationBatch; verdicts show the description."""
+
+    description: str
+    tokens: torch.Tensor
+    segments: torch.Tensor
+    lengths: torch.Tensor
+    labels: torch.Tensor
+
+    def build(self) -> ClassificationBatch:
+        return ClassificationBatch(self.tokens.clone(), self.segments.clone(), self.lengths.clone(), self.labels.clone())
+
+    def __repr__(self) -> str:
+        return f"<{self.description}>"
+
+
+def _step_call(obj, args) -> tuple[torch.Tensor, torch.Tensor]:
+    spec, batch_spec = args
+    model, optimizer = spec.build()
+    batch = batch_spec.build()
+    loss = obj(model, batch, optimizer)
+    if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+        loss = loss.detach().reshape(())
+    elif isinstance(loss, numbers.Real) and not isinstance(loss, bool):
+        loss = torch.tensor(float(loss), dtype=torch.float64)
+    else:
+        raise WrongOutput("wrong_type", f"fine_tune_step should return the batch's loss (a number or a one-element "
+                                        f"tensor), got a value of type {type(loss).__name__}")
+    model.eval()
+    with torch.no_grad():
+        after = model(batch.tokens, batch.segments, mask=padding_mask(batch.lengths, batch.tokens.shape[1]))
+    return loss.to(torch.float64), after
+
+
+def _classification_batch(generator: torch.Generator, lengths: list[int], n_classes: int) -> _Batch:
+    """[CLS] A [SEP] B [SEP] rows of the given lengths, padded with 0 to the longest; segment 1 from the middle on."""
+    seq = max(lengths)
+    tokens = torch.zeros(len(lengths), seq, dtype=torch.long)
+    segments = torch.zeros(len(lengths), seq, dtype=torch.long)
+    for row, n in enumerate(lengths):
+        tokens[row, :n] = torch.randint(5, _BERT_TINY.d_vocab, (n,), generator=generator)
+        tokens[row, 0], tokens[row, n // 2], tokens[row, n - 1] = 2, 3, 3  # [CLS], the two [SEP]s
+        segments[row, n // 2 + 1 : n] = 1
+    labels = torch.randint(n_classes, (len(lengths),), generator=generator)
+    shown = f"{len(lengths)} pairs of {', '.join(map(str, lengths))} tokens, padded to {seq}"
+    return _Batch(shown, tokens, segments, torch.tensor(lengths), labels)
+
+
+def _step_cases(generator: torch.Generator) -> list[Case]:
+    return [
+        Case.of(model=_Classifier("a fresh two-class classifier"), batch=_classification_batch(generator, [8, 5, 6, 4], 2)),
+        Case.of(model=_Classifier("a three-class classifier holding the gradients of an earlier batch", 3, seed=1,
+                                  stale_gradients=True), batch=_classification_batch(generator, [7, 7, 4], 3)),
+        Case.of(model=_Classifier("a two-class classifier holding old gradients", seed=2, stale_gradients=True),
+                batch=_classification_batch(generator, [10, 6], 2)),
+    ]
+
+
+def reference_fine_tune_step(model, batch, optimizer):
+    """One update with the package's :func:`tutorial_lib.recipes.bert.classification_loss`; returns the loss."""
+    optimizer.zero_grad()
+    loss = classification_loss(model, batch)
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+def _step_like(*, zero_grad="first", mask=True, segments=True, order="backward_then_step", reduction="mean"):
+    """A learner's fine-tuning step; each keyword reproduces one way of getting it wrong."""
+
+    def fine_tune_step(model, batch, optimizer):
+        if zero_grad == "first":
+            optimizer.zero_grad()
+        seq = batch.tokens.shape[1]
+        attend = padding_mask(batch.lengths, seq) if mask else None
+        logits = model(batch.tokens, batch.segments if segments else None, mask=attend)
+        loss = F.cross_entropy(logits, batch.labels, reduction=reduction)
+        if order == "step_then_backward":
+            optimizer.step()
+            loss.backward()
+        else:
+            loss.backward()
+            if zero_grad == "between":
+                optimizer.zero_grad()
+            optimizer.step()
+        return loss.item()
+
+    return fine_tune_step
+
+
+def _step_twice(model, batch, optimizer):
+    loss = reference_fine_tune_step(model, batch, optimizer)
+    optimizer.step()
+    return loss
+
+
+def _loss_after_step(model, batch, optimizer):
+    reference_fine_tune_step(model, batch, optimizer)
+    with torch.no_grad():
+        return classification_loss(model, batch).item()
+
+
+def _first_row_only(model, batch, optimizer):
+    optimizer.zero_grad()
+    loss = classification_loss(model, batch[torch.tensor([0])])
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+FINE_TUNE_STEP = Exercise(
+    id="14.fine_tune_step",
+    reference=reference_fine_tune_step,
+    cases=_step_cases,
+    points=3,
+    call=_step_call,
+    outputs=("the loss", "the logits after the step"),
+    axes={"the logits after the step": "batch n_classes"},
+    checked=(
+        "tiny float64 BERT classifiers of two and three classes, two of them holding the gradients of an earlier "
+        "batch, on padded batches of pairs, with SGD: the same loss and the same logits after the step"
+    ),
+    hint=(
+        "`optimizer.zero_grad()`; the logits `model(batch.tokens, batch.segments, mask=padding_mask(batch.lengths, "
+        "seq))`; `F.cross_entropy(logits, batch.labels)`; `loss.backward()`; `optimizer.step()`; return `loss.item()`."
+    ),
+    mistakes=(
+        Mistake("gradients_not_cleared", "kept the gradients the model already held, so the old ones were added to "
+                "this batch's",
+                "`backward()` adds to `.grad`: call `optimizer.zero_grad()` first, since a model handed over after a "
+                "step (or a probe) still holds its gradients.", (_step_like(zero_grad="never"),)),
+        Mistake("padding_not_masked", "let every token attend to the padding",
+                "The shorter pairs are padded to the batch's longest: pass `mask=padding_mask(batch.lengths, seq)`, "
+                "so that no token, [CLS] included, reads the padding.", (_step_like(mask=False),)),
+        Mistake("segments_left_out", "left out the segment ids, so that every token is in sentence A",
+                "BERT adds a segment embedding that tells A from B: pass `batch.segments` as the second argument.",
+                (_step_like(segments=False),)),
+        Mistake("step_without_gradients", "stepped before this batch's gradients were there",
+                "The order is zero_grad, forward, `loss.backward()`, then `optimizer.step()`: a step before the "
+                "backward (or after clearing the gradients again) updates nothing with this batch.",
+                (_step_like(order="step_then_backward"), _step_like(zero_grad="between"))),
+        Mistake("summed_loss", "summed the pairs' losses instead of averaging them",
+                "`F.cross_entropy` averages over the batch by default; `reduction='sum'` multiplies the gradient, "
+                "hence the step, by the batch size.", (_step_like(reduction="sum"),)),
+    ),
+    mutants=(
+        Mutant("step_twice", "calls optimizer.step() twice", _step_twice),
+        Mutant("loss_after_step", "returns the loss measured after the step", _loss_after_step),
+        Mutant("first_row_only", "trains on the first pair of the batch only", _first_row_only),
+    ),
+)
+
+
+# --- 14.predict_mask_share (predict, then measure) --------------------------------------------------------------------
+
+
+def mask_share(n_tokens: int = 65536, d_vocab: int = 1000, seed: int = 0) -> float:
+    """The share of ordinary tokens that :func:`~tutorial_lib.models.bert.mask_tokens` turns into [MASK], measured on
+    ``n_tokens`` random ordinary tokens (ids 4 and up; 0 to 3 special, [MASK] = 3) with a seeded generator."""
+    generator = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(4, d_vocab, (n_tokens,), generator=generator)
+    inputs, _ = mask_tokens(tokens, 3, d_vocab, [0, 1, 2, 3], generator)
+    return (inputs == 3).double().mean().item()
+
+
+PREDICT_MASK_SHARE = predict_number(
+    "14.predict_mask_share",
+    measure=mask_share,
+    question="the share of tokens seen as [MASK]",
+    hint="Follow one ordinary token through the rule: the chance that it is chosen, then that a chosen one becomes [MASK]",
+    within=1.15,
+    points=1,
+    misconceptions=[
+        Misconception("every_chosen_masked", 0.15,
+                      "expected every chosen token (15%) to become [MASK]",
+                      "Only 80% of the chosen tokens become [MASK]; 10% become a random token and 10% stay as they are, "
+                      "so the encoder cannot assume that a visible token is right: 0.15 × 0.8."),
+        Misconception("eighty_percent_of_all", 0.8,
+                      "applied the 80% to every token instead of the chosen 15%",
+                      "The 80/10/10 rule applies to the chosen tokens only; the others are left as they are."),
+        Misconception("random_share", 0.015,
+                      "gave the share of random replacements (10% of 15%)",
+                      "[MASK] is the 80% branch of the chosen 15%; the 10% branches are the random and the kept tokens."),
+        Misconception("unchosen_share", 0.85,
+                      "gave the share of tokens that are not chosen",
+                      "85% of the tokens are left alone; [MASK] appears at 80% of the other 15%."),
+    ],
+    mutants=[
+        wrong_prediction("half", 0.5, "four times too large, no misconception's value"),
+        wrong_prediction("one_in_a_thousand", 0.001, "a hundred times too small, no misconception's value"),
+    ],
+)
+
+
+register(MASK_TOKENS, PREDICT_MASK_SHARE, MLM_LOSS, NSP_PAIRS, FINE_TUNE_STEP)

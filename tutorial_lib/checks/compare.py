@@ -22,6 +22,13 @@ TOLERANCES = {
     torch.float32: (1.3e-6, 1e-5),
     torch.float64: (1e-7, 1e-7),
 }
+# The least (rtol, atol) on an accelerator, whatever the exercise asks: GPUs and Apple's MPS sum in other orders (and
+# CUDA may use TF32 matmuls), so a correct float32 answer there differs from the CPU's by more than rounding.
+DEVICE_TOLERANCES = {
+    "cuda": {torch.float16: (1e-2, 1e-3), torch.bfloat16: (3e-2, 1e-3), torch.float32: (1e-3, 1e-4),
+             torch.float64: (1e-7, 1e-7)},
+    "mps": {torch.float16: (1e-2, 1e-3), torch.bfloat16: (3e-2, 1e-3), torch.float32: (1e-4, 1e-5)},
+}
 _SLICE = 6  # values shown of the row around the first difference
 _AXES_SHOWN = 3  # at most this many axes in a location
 
@@ -124,10 +131,20 @@ def named_leaves(outputs: Sequence[str], want: Any, got: Any) -> tuple[list[tupl
 # --- closeness ------------------------------------------------------------------------------------------------------------
 
 
+def tolerance_for(dtype: torch.dtype, device_type: str, tolerance: tuple[float, float] | None = None) -> tuple[float, float]:
+    """(rtol, atol) for comparing floats of ``dtype`` computed on a device of ``device_type`` ("cpu", "cuda", "mps").
+
+    On the CPU: the exercise's ``tolerance``, else :data:`TOLERANCES`. On CUDA and MPS: at least
+    :data:`DEVICE_TOLERANCES`, so that a correct answer run on a GPU or a Mac passes."""
+    rtol, atol = tolerance or TOLERANCES.get(dtype, (1e-5, 1e-8))
+    floor = DEVICE_TOLERANCES.get(device_type, {}).get(dtype)
+    return (max(rtol, floor[0]), max(atol, floor[1])) if floor else (rtol, atol)
+
+
 def _isclose(want: torch.Tensor, got: torch.Tensor, tolerance: tuple[float, float] | None) -> torch.Tensor:
     """Entry-wise: equal, or within tolerance for floating point; NaN equals NaN, inf equals inf of the same sign."""
     if want.is_floating_point() or want.is_complex():
-        rtol, atol = tolerance or TOLERANCES.get(want.dtype, (1e-5, 1e-8))
+        rtol, atol = tolerance_for(want.dtype, want.device.type, tolerance)
         return torch.isclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
     return got == want
 
@@ -164,6 +181,52 @@ def same(a: Any, b: Any, tolerance: tuple[float, float] | None) -> bool:
         rtol, atol = tolerance if tolerance is not None else (1e-7, 0.0)
         return math.isclose(a, b, rel_tol=rtol, abs_tol=atol) or (math.isnan(a) and math.isnan(b))
     return type(a) is type(b) and a == b
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [tensor for item in value for tensor in _tensors(item)]
+    return []
+
+
+def _non_finite_counts(value: Any) -> tuple[int, int, int]:
+    tensors = [t for t in _tensors(value) if t.is_floating_point()]
+    return (sum(int(t.isnan().sum()) for t in tensors), sum(int((t == math.inf).sum()) for t in tensors),
+            sum(int((t == -math.inf).sum()) for t in tensors))
+
+
+def same_but_non_finite(got: Any, finite_like: Any, non_finite_like: Any, tolerance: tuple[float, float] | None) -> bool:
+    """Two mistakes seen in one output, one giving the values and the other the NaN: whether ``got`` equals
+    ``finite_like`` wherever it is finite, and has non-finite entries where ``finite_like`` has none, as many NaN and
+    infinities as ``non_finite_like`` has (at the same positions, or at the positions ``finite_like``'s own mistake
+    moved them to, such as a swapped output)."""
+    leaves: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def collect(g: Any, a: Any) -> bool:
+        if isinstance(g, torch.Tensor):
+            if not (isinstance(a, torch.Tensor) and g.shape == a.shape and g.dtype == a.dtype and g.device == a.device):
+                return False
+            leaves.append((g, a))
+            return True
+        if isinstance(g, (tuple, list)):
+            return isinstance(a, (tuple, list)) and len(g) == len(a) and all(collect(*items) for items in zip(g, a))
+        return same(g, a, tolerance)
+
+    if not collect(got, finite_like):
+        return False
+    odd_entries = 0
+    for g, a in leaves:
+        if not g.is_floating_point():
+            if not torch.equal(g, a):
+                return False
+            continue
+        odd = ~torch.isfinite(g)
+        if bool((odd & ~torch.isfinite(a)).any()) or not close(a[~odd], g[~odd], tolerance):
+            return False
+        odd_entries += int(odd.sum())
+    return odd_entries > 0 and _non_finite_counts(got) == _non_finite_counts(non_finite_like)
 
 
 # --- saying where and how an output differs ------------------------------------------------------------------------------

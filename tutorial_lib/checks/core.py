@@ -7,8 +7,9 @@ mistakes, each a small wrong implementation (:class:`Mistake`), and uncatalogued
 
 - **Naming.** A verdict names a catalogued mistake only when the learner's behaviour matches that mistake's on *every*
   case (same outputs within the tolerance, same inputs afterwards, or the same exception). When two mistakes match, it
-  names both as candidates. Otherwise it says what is wrong in terms of the output (which entries, by how much, the
-  expected and obtained values on a slice) and gives the exercise's hint.
+  names both as candidates. When none does but exactly one pair explains every case (each case matches A or B, or
+  shows A's values with B's NaN), it names both as made together. Otherwise it says what is wrong in terms of the
+  output (which entries, by how much, the expected and obtained values on a slice) and gives the exercise's hint.
 - **Randomness.** When a case hands over a ``torch.Generator``, the answer must draw from it alone: the same generator
   state gives the same output, two seeds give different outputs (where the reference's do), the global RNG is untouched.
 - **Honest blame.** "Your code raised" only when the learner's code raised; a failure of the exercise's own wrapper
@@ -41,7 +42,15 @@ from typing import Any
 
 import torch
 
-from tutorial_lib.checks.compare import Failure, describe_type, named_leaves, overflow_hint, same, tensor_failure
+from tutorial_lib.checks.compare import (
+    Failure,
+    describe_type,
+    named_leaves,
+    overflow_hint,
+    same,
+    same_but_non_finite,
+    tensor_failure,
+)
 from tutorial_lib.checks.running import (
     Outcome,
     describe_error,
@@ -50,6 +59,7 @@ from tutorial_lib.checks.running import (
     reseeded,
     run_learner,
     run_ours,
+    with_gradients,
 )
 
 STRICT_ENV = "TUTORIAL_LIB_STRICT_CHECKS"
@@ -174,6 +184,9 @@ class Exercise:
     # A predict-then-measure exercise (tutorial_lib.checks.prediction): the sentence a right prediction gets, from the
     # learner's function; its verdicts speak of the prediction, not of "seeded cases".
     on_pass: Callable[[Any], str] | None = None
+    # A component that is trained: once the values match, the gradients of a seeded upstream gradient with respect to
+    # the inputs and the modules' parameters must match too (a detached branch keeps the values, not the training).
+    gradients: bool = False
 
     def __post_init__(self) -> None:
         if not _EXERCISE_ID.match(self.id):
@@ -241,7 +254,8 @@ def get_exercise(exercise_id: str) -> Exercise:
 class CheckResult:
     """What :func:`check` found. ``kind`` is one of :data:`KINDS`; ``mistake`` is the catalogued mistake's name when one
     is named, ``candidates`` every catalogued mistake that matched (two or more when they cannot be told apart).
-    ``summary`` is one line for a grade table: the headline and why the points were lost."""
+    ``made_together`` says the candidates are two mistakes the answer makes at once (each explains cases the other
+    does not). ``summary`` is one line for a grade table: the headline and why the points were lost."""
 
     exercise_id: str
     kind: str
@@ -251,6 +265,7 @@ class CheckResult:
     verdict: str
     mistake: str | None = None
     candidates: tuple[str, ...] = ()
+    made_together: bool = False  # candidates are two mistakes made at once (both to fix), not alternatives
 
     @property
     def passed(self) -> bool:
@@ -280,6 +295,7 @@ KINDS = (
     "wrong_values",
     "check_failed",
     "library_answer",
+    "wrong_gradients",
 )
 _HEADLINES = {
     "passed": "correct",
@@ -295,6 +311,7 @@ _HEADLINES = {
     "wrong_values": "wrong values",
     "check_failed": "could not be checked",
     "library_answer": "tutorial_lib's own code, not yours",
+    "wrong_gradients": "wrong gradients",
 }
 
 
@@ -360,20 +377,96 @@ def _same_behaviour(a: Outcome, b: Outcome, tolerance: tuple[float, float] | Non
     return same(a.value, b.value, tolerance) and same(a.args_after, b.args_after, tolerance)
 
 
-def _matching_mistakes(exercise: Exercise, cases: Sequence[Case], learner: Sequence[Outcome],
-                       refused: Sequence[bool]) -> list[Mistake]:
-    """Every catalogued mistake one of whose variants behaves like the learner on *every* case."""
+def _mistake_outcomes(exercise: Exercise, cases: Sequence[Case]) -> dict[str, list[list[Outcome]]]:
+    """Each catalogued mistake's variants run on every case: ``outcomes[name][variant][case]``."""
+    return {
+        mistake.name: [[run_ours(exercise.run, variant, case.args) for case in cases] for variant in mistake.variants]
+        for mistake in exercise.mistakes
+    }
+
+
+def _matching_mistakes(exercise: Exercise, cases: Sequence[Case], learner: Sequence[Outcome], refused: Sequence[bool],
+                       outcomes: dict[str, list[list[Outcome]]],
+                       learner_grads: Sequence[Outcome] | None = None) -> list[Mistake]:
+    """Every catalogued mistake one of whose variants behaves like the learner on *every* case (and, given the
+    learner's gradients, has the same gradients too)."""
     return [
         mistake
         for mistake in exercise.mistakes
         if any(
-            all(
-                _same_behaviour(got, run_ours(exercise.run, variant, case.args), exercise.tolerance, refused=bad)
-                for case, got, bad in zip(cases, learner, refused)
-            )
-            for variant in mistake.variants
+            all(_same_behaviour(got, theirs, exercise.tolerance, refused=bad)
+                for got, theirs, bad in zip(learner, results, refused))
+            and (learner_grads is None or _same_gradients(exercise, variant, cases, learner_grads))
+            for variant, results in zip(mistake.variants, outcomes[mistake.name])
         )
     ]
+
+
+def _mistake_pair(exercise: Exercise, learner: Sequence[Outcome], refused: Sequence[bool],
+                  outcomes: dict[str, list[list[Outcome]]]) -> tuple[Mistake, Mistake] | None:
+    """Two catalogued mistakes made together, when the evidence shows both and explains every case.
+
+    A case is explained by a variant of A or of B when the learner behaves exactly like it there, or jointly when the
+    learner's output has B's NaN and inf (where A's is finite) and A's values everywhere else. The pair must explain
+    *every* case, A must explain some case B does not and B some case A does not (a joint case counts for both), and
+    exactly one pair may do so: anything less certain is described by its output instead.
+    """
+    tolerance = exercise.tolerance
+    found: list[tuple[Mistake, Mistake]] = []
+    for first in exercise.mistakes:
+        for second in exercise.mistakes:
+            if first is second:
+                continue
+            explained = False
+            for a in outcomes[first.name]:
+                for b in outcomes[second.name]:
+                    by_a = [_same_behaviour(g, x, tolerance, refused=bad) for g, x, bad in zip(learner, a, refused)]
+                    by_b = [_same_behaviour(g, y, tolerance, refused=bad) for g, y, bad in zip(learner, b, refused)]
+                    jointly = [
+                        not (ea or eb) and g.error is None and x.error is None and y.error is None
+                        and same_but_non_finite(g.value, x.value, y.value, tolerance)
+                        and (same(g.args_after, x.args_after, tolerance) or same(g.args_after, y.args_after, tolerance))
+                        for g, x, y, ea, eb in zip(learner, a, b, by_a, by_b)
+                    ]
+                    if (all(ea or eb or ej for ea, eb, ej in zip(by_a, by_b, jointly))
+                            and any((ea and not eb) or ej for ea, eb, ej in zip(by_a, by_b, jointly))
+                            and any((eb and not ea) or ej for ea, eb, ej in zip(by_a, by_b, jointly))):
+                        explained = True
+                        break
+                if explained:
+                    break
+            if explained and (second, first) not in found:
+                found.append((first, second))
+    return found[0] if len(found) == 1 else None
+
+
+def _gradient_run(exercise: Exercise, case: Case) -> Callable[[Any, tuple[Any, ...]], dict[str, torch.Tensor]]:
+    return with_gradients(exercise.run, case.names, exercise.seed)
+
+
+def _gradient_failure(exercise: Exercise, got: Outcome, want: Outcome) -> Failure | None:
+    """How the learner's gradients differ from the reference's, or None."""
+    if got.error is not None:
+        if got.raised_by_learner:
+            return Failure("raised", f"{describe_error(got.error)}, when its output was differentiated")
+        return Failure("wrong_gradients", f"its output could not be differentiated: "
+                                          f"{describe_error(got.error, learner_line=False)}")
+    if want.error is not None:
+        return None  # the reference's own gradient cannot be taken here: nothing to compare
+    for name, want_grad in want.value.items():
+        failure = tensor_failure(f"the gradient with respect to {name}", want_grad, got.value[name],
+                                 exercise.tolerance, None)
+        if failure is not None:
+            return Failure("wrong_gradients", f"the output is right, but {failure.detail}")
+    return None
+
+
+def _same_gradients(exercise: Exercise, obj: Any, cases: Sequence[Case], learner_grads: Sequence[Outcome]) -> bool:
+    """Whether a catalogued variant ``obj`` has the learner's gradients on every case."""
+    return all(
+        _same_behaviour(got, run_ours(_gradient_run(exercise, case), obj, case.args), exercise.tolerance)
+        for case, got in zip(cases, learner_grads)
+    )
 
 
 # --- randomness discipline -----------------------------------------------------------------------------------------------
@@ -435,12 +528,13 @@ class _Verdict:
     reason: str = ""  # one line for the grade table, after the headline
     mistakes: list[Mistake] = field(default_factory=list)
     headline: str = ""  # overrides the kind's headline, e.g. "raised RuntimeError"
+    made_together: bool = False  # the mistakes are two made at once, not candidates that cannot be told apart
 
 
 def _reason(detail: str) -> str:
     """A failure's detail shortened to a grade table's line: up to the first colon that opens the values shown."""
     short = detail.split(": at [", 1)[0].split(": expected ", 1)[0]
-    return short if len(short) <= 160 else short[:157] + "..."
+    return short if len(short) <= 160 else short[:159] + "…"
 
 
 def _library_origin(exercise: Exercise, obj: Any) -> str | None:
@@ -488,6 +582,19 @@ def _judge(exercise: Exercise, obj: Any, time_limit: float) -> _Verdict:
         failures.append(_compare(exercise, case, got, want))
 
     first = next((index for index, failure in enumerate(failures) if failure is not None), None)
+    learner_grads: list[Outcome] | None = None
+    if first is None and exercise.gradients:
+        learner_grads = []
+        for index, case in enumerate(cases):
+            run = _gradient_run(exercise, case)
+            got = run_learner(run, obj, case.args, calls_directly=False, time_limit=time_limit, wrapper=exercise.call)
+            if got.timed_out:
+                return _Verdict("too_slow", f"On {case.describe()}, differentiating the output did not finish within "
+                                            f"{time_limit:g} s.", f"its gradient did not finish within {time_limit:g} s")
+            learner_grads.append(got)
+            failures[index] = _gradient_failure(exercise, got, run_ours(run, exercise.reference, case.args))
+            if first is None and failures[index] is not None:
+                first = index
     if first is None or failures[first].kind != "raised":
         problem = _randomness_problem(exercise, obj, cases, learner, time_limit)
         if problem is not None:
@@ -505,24 +612,40 @@ def _judge(exercise: Exercise, obj: Any, time_limit: float) -> _Verdict:
     else:
         body = sentence(f"{where}{failure.detail}")
     body = body[0].upper() + body[1:]
-    mistakes = _matching_mistakes(exercise, cases, learner, refused)
+    outcomes = _mistake_outcomes(exercise, cases)
+    mistakes = _matching_mistakes(exercise, cases, learner, refused, outcomes, learner_grads)
+    pair = None
+    if not mistakes and learner_grads is None:
+        try:
+            pair = _mistake_pair(exercise, learner, refused, outcomes)
+        except Exception:  # an output too strange to compare entry by entry (a meta tensor, say): described instead
+            pair = None
     if len(mistakes) == 1:
         body += f" It looks like you {mistakes[0].description}. {sentence(mistakes[0].fix)}"
     elif mistakes:
         either = ", or you ".join(mistake.description for mistake in mistakes)
         fixes = " ".join(sentence(mistake.fix) for mistake in mistakes)
         body += f" On every case your answer behaves like {len(mistakes)} known mistakes at once: you {either}. {fixes}"
+    elif pair is not None:
+        body += (f" It looks like you made two mistakes: you {pair[0].description}, and you {pair[1].description}. "
+                 f"{sentence(pair[0].fix)} {sentence(pair[1].fix)}")
     elif failure.kind == "mutated_input":
         body += " Leave the arguments untouched: write `x = x / 2`, not `x /= 2` or `x.div_(2)`."
     elif failure.kind == "nan":
         body += f" {sentence(exercise.nan_hint)}"
     elif failure.kind == "inf":
         body += f" {overflow_hint(learner[first].value)}"
+    elif failure.kind == "wrong_gradients":
+        body += (" Something between the inputs and the output stops or changes the gradient (a `.detach()`, "
+                 "`torch.no_grad()`, `.data`, or a value computed outside the graph): the layer computes the right "
+                 "numbers but would not train as the reference does.")
     elif failure.kind in {"wrong_values", "wrong_shape"}:
         body += f" It matches none of the known mistakes. Hint: {sentence(exercise.hint)}"
     headline, reason = "", _reason(failure.detail)
     if exercise.on_pass is not None and failure.kind == "wrong_values":
         headline = "prediction missed"
+    if pair is not None:
+        return _Verdict(failure.kind, body, reason, list(pair), headline, made_together=True)
     if failure.kind == "raised":
         headline = f"raised {type(learner[first].error).__name__}"
         reason = reason.removeprefix(type(learner[first].error).__name__).removeprefix(": ")
@@ -567,6 +690,8 @@ def check(
     named = verdict.mistakes[0] if len(verdict.mistakes) == 1 else None
     if named is not None:
         reason = named.description
+    elif verdict.made_together:
+        reason = "two mistakes: " + ", and ".join(mistake.description for mistake in verdict.mistakes)
     elif verdict.mistakes:
         reason = "either " + ", or ".join(mistake.description for mistake in verdict.mistakes)
     else:
@@ -580,6 +705,7 @@ def check(
         verdict=text,
         mistake=named.name if named else None,
         candidates=tuple(mistake.name for mistake in verdict.mistakes),
+        made_together=verdict.made_together,
     )
     print(text)
     log = os.environ.get(LOG_ENV)

@@ -65,6 +65,21 @@ def _shown(value: float) -> str:
     return f"{value:.3g}"
 
 
+class _Prediction:
+    """A fixed prediction, as the catalogue's misconceptions and mutants answer.
+
+    An object rather than a closure: under the jaxtyping import hook (the test suite's) every function of the package
+    is wrapped in the same wrapper code, so a closure's code would be found on the traceback of the exercise's own
+    ``call`` and its verdicts would read "your code raised WrongOutput".
+    """
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def __call__(self) -> float:
+        return self.value
+
+
 def predict_number(
     exercise_id: str,
     *,
@@ -102,6 +117,12 @@ def predict_number(
             size = f"{factor:.2g}× {'too large' if abs(prediction) > abs(truth) else 'too small'}"
         return size
 
+    def cases(generator: Any) -> list[Case]:
+        # Measure while the case is built, outside the time limit of the learner's call: a slow first measurement
+        # (an import, a loaded machine) must not read as the learner's answer being too slow. Cached for the call.
+        measured()
+        return [Case.of(note="the measurement")]
+
     def call(obj: Any, args: tuple[Any, ...]) -> float:
         if obj is measurement:
             return measured()
@@ -124,20 +145,14 @@ def predict_number(
         return (f"You predicted {_shown(prediction)} for {question}; the measurement is {_shown(truth)}, "
                 f"{off:.0%} away (within a factor of {within:g} counts as right)")
 
-    def variant(value: float) -> Callable[[], float]:
-        def prediction() -> float:
-            return value
-
-        return prediction
-
     return Exercise(
         id=exercise_id,
         reference=measurement,
-        cases=lambda generator: [Case.of(note="the measurement")],
+        cases=cases,
         points=points,
         checked=f"the prediction of {question} is within a factor of {within:g} of the measurement",
         hint=hint or f"Reason from the chapter's equation to {question}, then check the order of magnitude",
-        mistakes=tuple(Mistake(m.name, m.description, m.fix, (variant(m.value),)) for m in misconceptions),
+        mistakes=tuple(Mistake(m.name, m.description, m.fix, (_Prediction(m.value),)) for m in misconceptions),
         mutants=tuple(mutants),
         call=call,
         tolerance=(0.0, 0.0),
@@ -147,7 +162,4 @@ def predict_number(
 
 def wrong_prediction(name: str, value: float, what: str) -> Mutant:
     """A mutant for the catalogue tests: a prediction of ``value`` that no misconception explains (``what`` says why)."""
-    def prediction() -> float:
-        return value
-
-    return Mutant(name, what, prediction)
+    return Mutant(name, what, _Prediction(value))

@@ -213,6 +213,42 @@ def run_learner(run: Callable[[Any, tuple[Any, ...]], Any], obj: Any, args: tupl
     return outcome
 
 
+def with_gradients(run: Callable[[Any, tuple[Any, ...]], Any], names: tuple[str, ...],
+                   seed: int) -> Callable[[Any, tuple[Any, ...]], dict[str, torch.Tensor]]:
+    """``run`` turned into a run that returns gradients: of a seeded upstream gradient, back through every
+    floating-point output, with respect to every floating-point tensor argument and every parameter of every module
+    argument (``{"x": ..., "sublayer.0.weight": ...}``; zeros where the output does not depend on it).
+
+    ``torch.autograd.grad`` leaves the modules' own ``.grad`` untouched, so no run sees another's gradients."""
+
+    def gradients(obj: Any, args: tuple[Any, ...]) -> dict[str, torch.Tensor]:
+        inputs: dict[str, torch.Tensor] = {}
+        for name, arg in zip(names, args):
+            if isinstance(arg, torch.Tensor) and arg.is_floating_point():
+                inputs[name] = arg.requires_grad_(True)
+            elif isinstance(arg, torch.nn.Module):
+                inputs.update((f"{name}.{key}", p) for key, p in arg.named_parameters() if p.is_floating_point())
+        with torch.enable_grad():
+            value = run(obj, args)
+            outputs = [t for t in _float_tensors(value) if t.requires_grad]
+            generator = torch.Generator().manual_seed(seed)
+            upstream = [torch.randn(t.shape, generator=generator, dtype=t.dtype).to(t.device) for t in outputs]
+            grads = torch.autograd.grad(outputs, list(inputs.values()), upstream, allow_unused=True) if outputs else ()
+        grads = grads or [None] * len(inputs)
+        return {name: torch.zeros_like(x) if g is None else g.detach()
+                for (name, x), g in zip(inputs.items(), grads)}
+
+    return gradients
+
+
+def _float_tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value] if value.is_floating_point() else []
+    if isinstance(value, (tuple, list)):
+        return [t for item in value for t in _float_tensors(item)]
+    return []
+
+
 def run_ours(run: Callable[[Any, tuple[Any, ...]], Any], fn: Any, args: tuple[Any, ...]) -> Outcome:
     """Run the reference or a catalogued mistake; a mistake may raise, and that exception is its behaviour."""
     args = fresh_copy(args)

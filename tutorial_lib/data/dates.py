@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime
 import random
+import re
 import string
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
@@ -124,6 +125,66 @@ def field_spans(source: str, iso: str) -> dict[str, tuple[int, int]]:
             spans["month"] = (start, start + len(candidate))
             break
     return spans
+
+
+_MONTH_WORD = re.compile(r"\b(" + "|".join(name.lower() for name in MONTHS) + "|"
+                         + "|".join(name[:3].lower() for name in MONTHS) + r")\b")
+_NUMERIC = re.compile(r"^\s*(\d{1,4})([/.-])(\d{1,2})\2(\d{1,4})\s*$")
+_NAMED_NUMBERS = re.compile(r"\d+")
+
+
+def _full_year(digits: str) -> int:
+    """A four-digit year as it is; a two-digit one by POSIX ``%y`` (69-99 are 19xx, 00-68 are 20xx)."""
+    year = int(digits)
+    return year if len(digits) > 2 else year + (1900 if year >= 69 else 2000)
+
+
+def _fields(text: str) -> tuple[int, int, int] | None:
+    """(year, month, day) as the task's formats write them, or None for a format it does not recognise."""
+    numeric = _NUMERIC.match(text)
+    if numeric:
+        first, separator, middle, last = numeric.groups()
+        if len(first) == 4 and separator in "/-":  # 1997/03/03, 1997-3-3
+            return int(first), int(middle), int(last) if len(last) <= 2 else -1
+        if len(last) not in (2, 4) or len(first) > 2:
+            return None
+        if separator == "/":  # month first (US)
+            return _full_year(last), int(first), int(middle)
+        if separator == ".":  # day first (European)
+            return _full_year(last), int(middle), int(first)
+        return None
+    month = _MONTH_WORD.search(text.lower())
+    numbers = _NAMED_NUMBERS.findall(text)
+    if month is None or len(numbers) != 2 or len(numbers[0]) > 2 or len(numbers[1]) not in (2, 4):
+        return None
+    return _full_year(numbers[1]), [name.lower()[:3] for name in MONTHS].index(month.group(1)[:3]) + 1, int(numbers[0])
+
+
+def date_text_problem(text: str) -> str | None:
+    """Why a model trained on this task cannot know the ISO form of ``text``, or None when it can.
+
+    Refused: a text with no date in it (no year), an impossible date ("31 February 1997"), a year outside the dates
+    the task draws (1969-2068). A text in a format the task does not write, with a year in range, is not refused:
+    the model may still read it, and its answer is its guess.
+    """
+    fields = _fields(text)
+    if fields is None:
+        years = [int(digits) for digits in re.findall(r"(?<!\d)\d{4}(?!\d)", text)]
+        outside = [year for year in years if not FIRST_DATE.year <= year <= LAST_DATE.year]
+        if outside:
+            return (f"its year {outside[0]} lies outside the dates the model learned "
+                    f"({FIRST_DATE.year}-{LAST_DATE.year})")
+        if not years:
+            return "it names no date the model can read (a day, a month and a year)"
+        return None
+    year, month, day = fields
+    if not FIRST_DATE.year <= year <= LAST_DATE.year:
+        return f"its year {year} lies outside the dates the model learned ({FIRST_DATE.year}-{LAST_DATE.year})"
+    try:
+        datetime.date(year, month, day)
+    except ValueError as error:
+        return f"it is not a date of the calendar ({error})"
+    return None
 
 
 class DateSplits(NamedTuple):

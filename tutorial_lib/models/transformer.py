@@ -32,6 +32,7 @@ from tutorial_lib.attention import padding_mask
 from tutorial_lib.blocks import DecoderBlock, NormPlacement, TransformerBlock, make_norm
 from tutorial_lib.embeddings import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, TokenEmbedding
 from tutorial_lib.kv_cache import KVCache
+from tutorial_lib.validation import check_positive_int as _check_positive_int
 
 
 @dataclass(frozen=True)
@@ -66,11 +67,11 @@ class TransformerConfig:
     fast_norm: bool = False  # True: PyTorch's fused LayerNorm; False: the from-scratch formula (same numbers)
 
     def __post_init__(self) -> None:
-        for name in ("n_ctx", "d_model", "n_heads", "n_layers", "d_ff"):
-            _check_positive_int(name, getattr(self, name))
+        for name in ("n_ctx", "d_model", "n_heads", "n_layers", "d_ff"):  # frozen: np.int64(5) is stored as 5
+            object.__setattr__(self, name, _check_positive_int(name, getattr(self, name)))
         for name in ("d_vocab", "src_vocab", "tgt_vocab", "n_encoder_layers", "n_decoder_layers"):
             if getattr(self, name) is not None:
-                _check_positive_int(name, getattr(self, name))
+                object.__setattr__(self, name, _check_positive_int(name, getattr(self, name)))
         if self.d_vocab is None:
             if self.src_vocab is None or self.tgt_vocab is None:
                 raise ValueError("give d_vocab (one shared vocabulary) or both src_vocab and tgt_vocab")
@@ -299,8 +300,3 @@ def _check_src_mask(src_mask: Tensor | None, source: Tensor) -> None:
             f"src_mask must be a bool tensor of shape (batch, 1, src_len) = {expected}, True on real tokens "
             f"(see padding_mask); got dtype {src_mask.dtype} and shape {tuple(src_mask.shape)}"
         )
-
-
-def _check_positive_int(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")

@@ -17,11 +17,20 @@ from pathlib import Path
 import torch
 
 from tutorial_lib.blocks import DecoderBlock
-from tutorial_lib.data.dates import DateSplits, DateVocab, Seq2SeqBatch, encode_pairs, make_date_splits, pad_sequences
+from tutorial_lib.data.dates import (
+    DateSplits,
+    DateVocab,
+    Seq2SeqBatch,
+    date_text_problem,
+    encode_pairs,
+    make_date_splits,
+    pad_sequences,
+)
 from tutorial_lib.decoding import beam_search_batch, eval_mode, greedy_decode, transformer_batch_log_probs_fn
 from tutorial_lib.models.transformer import Transformer, TransformerConfig
 from tutorial_lib.recipes.cache import cached_model_path, load_or_train
 from tutorial_lib.training import TrainConfig, TrainHistory, evaluate, label_smoothing_loss, train
+from tutorial_lib.validation import shortened
 
 DATE_SPLIT_SIZES = (33_525, 2_000, 1_000)  # train, validation, test: all 36,525 dates
 DATE_SPLIT_SEED = 0
@@ -343,16 +352,21 @@ def _date_model(model_cfg: TransformerConfig, causal_decoder: bool, state: dict,
 
 def _check_texts(texts: Sequence[str], n_ctx: int) -> None:
     if isinstance(texts, str) or not isinstance(texts, Sequence) or not texts:
-        raise ValueError(f"texts must be a non-empty list of strings, got {texts!r}")
+        raise ValueError(f"texts must be a non-empty list of strings, got {shortened(texts)}")
     allowed = set(DATE_VOCAB.chars.vocab)
     for i, text in enumerate(texts):
         if not isinstance(text, str) or not text:
-            raise ValueError(f"texts[{i}] must be a non-empty string, got {text!r}")
+            raise ValueError(f"texts[{i}] must be a non-empty string, got {shortened(text)}")
         unknown = sorted(set(text) - allowed)
         if unknown:
-            raise ValueError(f"texts[{i}] = {text!r} holds characters outside the date vocabulary: {unknown}")
+            raise ValueError(f"texts[{i}] = {shortened(text)} holds characters outside the date vocabulary: "
+                             f"{shortened(unknown)}")
         if len(text) > n_ctx:
-            raise ValueError(f"texts[{i}] = {text!r} has {len(text)} characters; the model reads at most n_ctx={n_ctx}")
+            raise ValueError(f"texts[{i}] = {shortened(text)} has {len(text)} characters; the model reads at most "
+                             f"n_ctx={n_ctx}")
+        problem = date_text_problem(text)
+        if problem is not None:  # the model would answer anyway, with a date it made up
+            raise ValueError(f"texts[{i}] = {shortened(text)} cannot be normalised: {problem}")
 
 
 def _encode_texts(texts: Sequence[str], device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -364,7 +378,12 @@ def _encode_texts(texts: Sequence[str], device: torch.device | str) -> tuple[tor
 def normalise_dates(model: Transformer, texts: Sequence[str], *, beam_width: int = 1, batch_size: int = 250) -> list[str]:
     """Each human-written date of ``texts`` in ISO form ("3rd of March 1997" -> "1997-03-03"), as ``model`` writes it:
     greedy decoding (``beam_width=1``) or beam search with the paper's length penalty α = 0.6, ``batch_size`` texts
-    at a time. A text with a character outside the date vocabulary, or longer than the model's context, is refused."""
+    at a time.
+
+    The model learned dates from 1969-01-01 to 2068-12-31 (a two-digit year: 69-99 are 19xx, 00-68 are 20xx). A
+    ``ValueError`` naming the text and the reason refuses what it cannot know: a year outside that range, a date the
+    calendar lacks ("31 February 1997"), a text with no date in it; and a character outside the date vocabulary or
+    a text longer than the model's context."""
     _check_texts(texts, model.cfg.n_ctx)
     for name, value in (("beam_width", beam_width), ("batch_size", batch_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:

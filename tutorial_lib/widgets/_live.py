@@ -24,6 +24,7 @@ import math
 from collections.abc import Callable, Sequence
 
 import ipywidgets as widgets
+from ipywidgets.widgets.widget import _instances  # every live widget (Widget.widgets is deprecated)
 from ipywidgets.widgets.widget_link import Link
 from matplotlib.figure import Figure
 
@@ -114,7 +115,7 @@ def live_views(live: widgets.VBox) -> tuple[list[widgets.Widget], dict[tuple[int
     """
     if LIVE_CLASS not in live._dom_classes:
         raise ValueError(f"live must be a widget made by live_states (class {LIVE_CLASS!r}), got {type(live).__name__}")
-    links = [w for w in widgets.Widget.widgets.values() if isinstance(w, Link)]
+    links = [w for w in _instances.values() if isinstance(w, Link)]
     source_of = {id(link.target[0]): link.source[0] for link in links
                  if link.source[1] == "index" and link.target[1] == "selected_index"}
     root = next(child for child in live.children if isinstance(child, widgets.Stack))

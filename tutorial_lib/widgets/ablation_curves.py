@@ -136,8 +136,8 @@ def ablation_curves_widget(
     results: Mapping[str, AblationResult], rows: Sequence[str] | None = None, *, curve: str = "validation",
     reference_loss: float | None = None, baseline: str = "baseline",
 ) -> widgets.VBox:
-    """Buttons for one row at a time over the ``baseline`` (or ``rows`` all together, the first option) and for the
-    curve; each picture is :func:`plot_curve_overlay`'s.
+    """Buttons for ``rows`` all together (the first option) or one other row of ``results`` at a time over the
+    ``baseline``, and for the curve; each picture is :func:`plot_curve_overlay`'s.
 
     Every state is drawn now and switched in the browser (:func:`~tutorial_lib.widgets._live.live_states`), so the
     controls also work in the rendered book, with no kernel.
@@ -146,9 +146,9 @@ def ablation_curves_widget(
     _check_results(results, [*rows, baseline])
     if curve not in CURVES:
         raise ValueError(f"curve must be one of {CURVES}, got {curve!r}")
-    others = [row for row in rows if row != baseline]
+    others = [row for row in results if row != baseline]
     if not others:
-        raise ValueError(f"rows must hold at least one row other than the baseline {baseline!r}, got {rows}")
+        raise ValueError(f"results must hold at least one row other than the baseline {baseline!r}, got {list(results)}")
     shown = {TOGETHER: rows, **{row: [baseline, row] for row in others}}
     row_buttons = widgets.ToggleButtons(options=list(shown), value=TOGETHER, description="rows")
     curve_buttons = widgets.ToggleButtons(options=CURVES, value=curve, description="curve")
@@ -174,6 +174,7 @@ def plot_position_losses(curves: Mapping[str, Tensor], *, references: Mapping[st
     for (label, value), style in zip((references or {}).items(), ("--", ":", "-.")):
         ax.axhline(value, color="k", ls=style, lw=0.8, label=label)
     ax.set_yscale("log")
+    ax.set_title("validation loss at each position of the window", fontsize=10)  # also the figure's alt text
     ax.set_xlabel("position t in the window (it has read t + 1 characters)")
     ax.set_ylabel("validation loss (nats)")
     ax.grid(alpha=0.3, which="both")
@@ -201,6 +202,7 @@ def plot_gradient_norms(norms: Mapping[str, Tensor]) -> Figure:
     ax.set_yscale("log")
     n_blocks = max(len(values) for values in norms.values())
     ax.set_xticks(range(n_blocks))
+    ax.set_title("the gradient norm reaching each block", fontsize=10)  # also the figure's alt text
     ax.set_xlabel("block (0: nearest the input)")
     ax.set_ylabel("‖∂L/∂θ_block‖")
     ax.grid(alpha=0.3, which="both")

@@ -36,6 +36,7 @@ from torch.utils._pytree import tree_leaves
 
 from tutorial_lib.attention import causal_attention
 from tutorial_lib.efficient_attention import banded_attention, flash_attention, linear_attention, tiled_attention
+from tutorial_lib.validation import check_positive_int as _check_positive_int
 from tutorial_lib.widgets._plotting import new_figure
 
 # --- measuring one call -------------------------------------------------------------------------------------------------
@@ -345,8 +346,3 @@ def run_under_memory_cap(method: str, seq: int, *, cap_bytes: int, train: bool =
         raise RuntimeError(f"the capped process failed: {completed.stderr.strip()[-500:]}")
     result = json.loads(completed.stdout.strip().splitlines()[-1])
     return CappedRun(method=method, seq=seq, cap_bytes=cap_bytes, train=train, **result)
-
-
-def _check_positive_int(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")

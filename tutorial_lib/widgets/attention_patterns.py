@@ -96,6 +96,10 @@ def plot_head_grid(pattern: Float[Tensor, "n_layers n_heads query_pos key_pos"],
                 for spine in ax.spines.values():
                     spine.set_edgecolor("red")
                     spine.set_linewidth(2.5)
+    # The title is also the figure's text alternative (figure_alt), which would otherwise only list the panels.
+    # Two lines, so that the title does not widen the figure beyond a phone's screen.
+    fig.suptitle(f"Attention weights of all {n_layers * n_heads} heads on one text\n(row: query, column: key"
+                 + ("; marked heads framed in red)" if marked else ")"), fontsize="medium")
     return fig
 
 

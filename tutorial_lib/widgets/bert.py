@@ -7,7 +7,7 @@
 * :func:`bert_attention` returns every head's attention weights of a BERT on a batch; :func:`cls_attention_shares`
   measures where the ``[CLS]`` query puts its weight (segment A, the boundary, segment B), next to what a query
   spreading its weight evenly would give; :func:`plot_cls_attention` draws the ``[CLS]`` row of every layer on one
-  pair, and :func:`cls_attention_widget` lets a reader pick the pair and the head.
+  pair, and :func:`cls_attention_widget` draws it for every pair and head, switched in the browser.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from torch import Tensor
 
 from tutorial_lib.attention import padding_mask
 from tutorial_lib.models.bert import BERT, IGNORE_INDEX, mask_tokens
-from tutorial_lib.widgets._plotting import figure_png, new_figure
+from tutorial_lib.widgets._live import live_states, png_view
+from tutorial_lib.widgets._plotting import new_figure
 
 # --- masking -------------------------------------------------------------------------------------------------------
 
@@ -248,6 +249,8 @@ def plot_cls_attention(weights: Float[Tensor, "n_layers key_pos"], labels: Seque
     ax.set_xticks(range(seq), [_shown(w) for w in labels], rotation=90, fontsize=8, family="monospace")
     ax.set_yticks(range(n_layers), [f"layer {i}" for i in range(n_layers)], fontsize=8)
     ax.set_title(title, fontsize="small")
+    ax.set_xlabel("token the [CLS] query reads", fontsize=8)  # the axes also make the figure's alt text
+    ax.set_ylabel("layer", fontsize=8)
     return fig
 
 
@@ -256,23 +259,23 @@ def cls_attention_widget(
     labels: Sequence[Sequence[str]],
     titles: Sequence[str],
 ) -> widgets.VBox:
-    """A pair (by its title) and a head (or the mean over heads) as controls over :func:`plot_cls_attention`."""
+    """A pair (buttons 1, 2, ...; its title above its picture) and a head (or the mean over heads) as controls over
+    :func:`plot_cls_attention`.
+
+    Every state is drawn now and switched in the browser (:func:`~tutorial_lib.widgets._live.live_states`), so the
+    controls also work in the rendered book, with no kernel.
+    """
     if not len(labels) == len(titles) == weights.shape[0]:
         raise ValueError(f"labels and titles must have one entry per pair ({weights.shape[0]}), got {len(labels)} and "
                          f"{len(titles)}")
-    pair = widgets.Dropdown(options=[(title, i) for i, title in enumerate(titles)], value=0, description="pair",
-                            layout=widgets.Layout(width="95%"))
+    pair = widgets.ToggleButtons(options=[(str(i + 1), i) for i in range(len(titles))], value=0, description="pair")
     head = widgets.ToggleButtons(options=["mean"] + [str(h) for h in range(weights.shape[2])], value="mean",
                                  description="head")
-    image = widgets.Image(format="png")  # its PNG lives in the widget state: the book and nbval see no side output
 
-    def redraw(_change: object = None) -> None:
-        n = len(labels[pair.value])
-        row = weights[pair.value, :, :, 0, :n]  # (n_layers, n_heads, key_pos)
-        row = row.mean(dim=1) if head.value == "mean" else row[:, int(head.value)]
-        image.value = figure_png(plot_cls_attention(row, labels[pair.value], title=f"{titles[pair.value]}, head {head.value}"))
+    def view(index: int, head_: str) -> widgets.HTML:
+        n = len(labels[index])
+        row = weights[index, :, :, 0, :n]  # (n_layers, n_heads, key_pos)
+        row = row.mean(dim=1) if head_ == "mean" else row[:, int(head_)]
+        return png_view(plot_cls_attention(row, labels[index], title=f"{titles[index]}, head {head_}"))
 
-    for control in (pair, head):
-        control.observe(redraw, names="value")
-    redraw()
-    return widgets.VBox([pair, head, image])
+    return live_states([pair, head], view)

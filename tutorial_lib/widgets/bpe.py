@@ -133,6 +133,7 @@ def plot_tokens_per_character(vocab_sizes: Sequence[int], tokens_per_character: 
     ax.set_xlabel("vocabulary size (log scale)")
     ax.set_ylabel("tokens per character")
     ax.set_ylim(0, 1.1)
+    ax.set_title("Tokens per character of held-out text, by vocabulary size", fontsize="medium")
     ax.legend(fontsize="small")
     ax.grid(alpha=0.3)
     return fig

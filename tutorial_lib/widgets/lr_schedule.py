@@ -3,12 +3,12 @@
 A :class:`LRSchedule` names a schedule and its settings; its curve comes from :meth:`TrainConfig.lr_at`, the very
 function :func:`~tutorial_lib.training.train` calls before each update, so a figure shows what training does.
 :func:`plot_lr_schedules` draws schedules side by side for the static book and :func:`lr_schedule_widget` is a thin
-ipywidgets wrapper over the same functions.
+ipywidgets wrapper over the same functions (every warm-up it offers drawn when the notebook runs, so that its slider
+works in the rendered book too).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -20,12 +20,12 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from tutorial_lib.training import TrainConfig
-from tutorial_lib.widgets._plotting import figure_png, new_figure
+from tutorial_lib.widgets._live import live_states, png_view
+from tutorial_lib.widgets._plotting import new_figure
 
 SCHEDULE_KINDS = ("warmup_cosine", "noam", "constant")  # TrainConfig.schedule's names
 _KIND_LABELS = {"warmup_cosine": "warm-up + cosine", "noam": "Noam, Eq. (3)", "constant": "constant"}
-TOTAL_STEPS_CHOICES = (100, 200, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000)  # the widget's stops
-D_MODEL_CHOICES = tuple(2**i for i in range(6, 13))  # 64 … 4096
+WARMUP_FRACTIONS = (0.0, 0.01, 0.04, 0.1, 0.3)  # the widget's warm-up stops, as fractions of the run
 
 
 @dataclass(frozen=True)
@@ -153,6 +153,26 @@ def plot_lr_schedules(schedules: Sequence[LRSchedule]) -> Figure:
     return fig
 
 
+def warmup_choices(total_steps: int, warmup_steps: int) -> tuple[int, ...]:
+    """The widget's warm-up stops for a run of ``total_steps`` updates: no warm-up, fixed fractions of the run, and
+    ``warmup_steps`` itself."""
+    return tuple(sorted({round(total_steps * f) for f in WARMUP_FRACTIONS} | {warmup_steps}))
+
+
+def schedule_view(schedule: LRSchedule) -> Figure:
+    """The widget's picture for one schedule: its curve, with the two other kinds at the same peak drawn in grey (so
+    that only the shapes differ)."""
+    others = [
+        LRSchedule(name, schedule.total_steps, schedule.warmup_steps, schedule.peak,
+                   schedule.min_lr if schedule.kind == "warmup_cosine" else 0.0, schedule.d_model)
+        for name in SCHEDULE_KINDS if name != schedule.kind
+    ]
+    fig, ax = new_figure(1, 1, figsize=(6.0, 3.4))
+    _draw(ax, schedule, others=others)
+    ax.set_ylabel("learning rate")
+    return fig
+
+
 def lr_schedule_widget(
     kind: str = "warmup_cosine",
     *,
@@ -162,52 +182,22 @@ def lr_schedule_widget(
     min_lr: float = 1e-4,
     d_model: int = 512,
 ) -> widgets.VBox:
-    """The schedule's kind, length, warm-up, peak, final rate and (for Noam) d_model as controls; its curve as a figure.
+    """The warm-up of one schedule as a slider (none, 1 %, 4 %, 10 % and 30 % of the run, and ``warmup_steps``); its
+    curve as a figure, the other kinds at the same peak in grey.
 
-    Noam follows Eq. (3) as printed, so its peak comes from ``d_model`` and the warm-up; the other two kinds take
-    ``peak_lr``, and the cosine ends at ``min_lr``. The other kinds at the same settings are drawn in grey.
+    ``"noam"`` follows Eq. (3) as printed, so its peak comes from ``d_model`` and the warm-up; the other two kinds
+    take ``peak_lr``, and the cosine ends at ``min_lr``. Every warm-up is drawn now and switched in the browser
+    (:func:`~tutorial_lib.widgets._live.live_states`), so the slider also works in the rendered book, with no kernel.
+    Other settings: call the function again.
     """
-    LRSchedule(kind, total_steps, warmup_steps, peak_lr, min_lr, d_model)  # validate before building any control
-    if d_model not in D_MODEL_CHOICES:
-        raise ValueError(f"d_model must be one of {D_MODEL_CHOICES}, got {d_model!r}")
-    kind_buttons = widgets.ToggleButtons(
-        options=[(label, name) for name, label in _KIND_LABELS.items()], value=kind, description="schedule"
+    peak = None if kind == "noam" else peak_lr
+    final = min_lr if kind == "warmup_cosine" else 0.0
+    LRSchedule(kind, total_steps, warmup_steps, peak, final, d_model)  # validate before building any control
+    warmup_slider = widgets.SelectionSlider(
+        options=[(f"{w:,}", w) for w in warmup_choices(total_steps, warmup_steps)], value=warmup_steps,
+        description="warm-up",
     )
-    total_slider = widgets.SelectionSlider(
-        options=sorted({*TOTAL_STEPS_CHOICES, total_steps}), value=total_steps, description="length"
+    return live_states(
+        [warmup_slider],
+        lambda warmup_: png_view(schedule_view(LRSchedule(kind, total_steps, warmup_, peak, final, d_model))),
     )
-    warmup_slider = widgets.IntSlider(value=warmup_steps, min=0, max=total_steps, description="warmup")
-    peak_slider = widgets.FloatLogSlider(
-        value=peak_lr, base=10, min=min(-5, math.floor(math.log10(peak_lr))), max=max(-1, math.ceil(math.log10(peak_lr))),
-        step=0.05, readout_format=".1e", description="peak lr",
-    )
-    # The final rate as a fraction of the peak, so that moving the peak never puts min_lr above it.
-    final_slider = widgets.FloatSlider(value=min_lr / peak_lr, min=0, max=1, step=0.05, description="min / peak")
-    d_model_slider = widgets.SelectionSlider(options=D_MODEL_CHOICES, value=d_model, description="d_model")
-    # An image, not an Output widget: its PNG lives in the widget state, so the book and nbval see no side output.
-    image = widgets.Image(format="png")
-
-    def schedule_of(kind_name: str, peak: float | None) -> LRSchedule:
-        return LRSchedule(
-            kind_name, total_slider.value, warmup_slider.value, peak,
-            final_slider.value * (peak or 0.0), d_model_slider.value,
-        )
-
-    def redraw(_change=None) -> None:
-        warmup_slider.max = total_slider.value  # the warm-up cannot outlast the run
-        peak_slider.disabled = kind_buttons.value == "noam"
-        final_slider.disabled = kind_buttons.value != "warmup_cosine"
-        d_model_slider.disabled = kind_buttons.value != "noam"
-        schedule = schedule_of(kind_buttons.value, None if kind_buttons.value == "noam" else peak_slider.value)
-        # The other kinds at the same peak, so that only the shapes differ.
-        others = [schedule_of(name, schedule.peak) for name in SCHEDULE_KINDS if name != schedule.kind]
-        fig, ax = new_figure(1, 1, figsize=(6.0, 3.4))
-        _draw(ax, schedule, others=others)
-        ax.set_ylabel("learning rate")
-        image.value = figure_png(fig)
-
-    controls = (kind_buttons, total_slider, warmup_slider, peak_slider, final_slider, d_model_slider)
-    for control in controls:
-        control.observe(redraw, names="value")
-    redraw()
-    return widgets.VBox([*controls, image])

@@ -110,7 +110,7 @@ def mask_view(kind: str, *, seq_len: int = 8, window: int = 3, length: int | Non
     return fig
 
 
-def mask_states(*, window: int = 3, length: int = 5) -> list[tuple[str, dict[str, int]]]:
+def mask_states(*, window: int = 3, length: int = 5) -> list[tuple[str, dict[str, str | int]]]:
     """The widget's masks, as (option label, keyword arguments of :func:`mask_view`): every kind, and causal +
     padding once more with no real token at all (every query fully masked: the zero-weight rows of §3.2.3's edge)."""
     states = []

@@ -40,7 +40,7 @@ ARRANGEMENTS: dict[str, Change] = {
 INITS = ("xavier", "gpt2")
 _COLORS = dict(zip(ARRANGEMENTS, ("tab:red", "tab:blue", "tab:purple", "tab:grey", "tab:olive")))
 _STYLES = dict(zip(ARRANGEMENTS, ("-", "-", "--", ":", "-.")))
-DEPTH_CHOICES = (6, 12, 24, 48)  # the widget's stops: with the two initialisations, 8 states drawn for the book
+DEPTH_CHOICES = (6, 12, 24)  # the widget's stops: with the two initialisations, 6 states drawn for the book
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,9 @@ def plot_position_similarity(positions: Sequence[int] = (20, 60), *, n_ctx: int 
         raise ValueError(f"positions must be non-empty and lie in [0, n_ctx={n_ctx}), got {list(positions)}")
     fig, ax = new_figure(1, 1, figsize=(5.6, 3.4))
     _similarity(ax, positions, n_ctx, d_model, bases)
+    shown = ", ".join(str(p) for p in positions)
+    ax.set_title(f"cosine similarity of position{'s' if len(positions) > 1 else ''} {shown} with every position",
+                 fontsize="medium")
     return fig
 
 

@@ -26,7 +26,7 @@ from tutorial_lib.widgets._plotting import new_figure
 
 LABELS = {True: "scaled: 0.02/√(2·n_layers)", False: "unscaled: 0.02"}
 COLORS = {True: "tab:blue", False: "tab:red"}
-# The controls' stops: 12 states drawn for the book, each a GPT built twice (about 4 s in all on the CI machine).
+# The controls' stops: 12 states drawn for the book, each from two fresh GPTs (a 48-layer one the slowest): few stops.
 WIDGET_DEPTHS = (1, 3, 6, 12, 24, 48)
 WIDGET_WIDTHS = (64, 128)
 

@@ -2,7 +2,8 @@
 
 :func:`ring_contributions` replays the schedule of :func:`tutorial_lib.distributed.ring_all_reduce_` on booleans;
 :func:`plot_ring_step` draws one step as a ranks × chunks grid, :func:`plot_ring_steps` every step of a ring as small
-multiples (the book's static picture), and :func:`ring_widget` puts a slider on the steps.
+multiples (the book's static picture), and :func:`ring_widget` draws the ring's milestones for several numbers of
+ranks, switched in the browser.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from jaxtyping import Bool
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from tutorial_lib.widgets._plotting import figure_png, new_figure
+from tutorial_lib.widgets._live import live_states, png_view
+from tutorial_lib.widgets._plotting import new_figure
 
 
 def _check(n_ranks: int, step: int) -> None:
@@ -92,17 +94,32 @@ def plot_ring_steps(n_ranks: int = 4) -> Figure:
     return fig
 
 
-def ring_widget(n_ranks: int = 4) -> widgets.VBox:
-    """Sliders for the number of ranks and the step, and the picture of that step."""
-    ranks = widgets.IntSlider(value=n_ranks, min=2, max=8, description="ranks")
-    step = widgets.IntSlider(value=0, min=0, max=2 * (n_ranks - 1), description="step")
-    image = widgets.Image(format="png")
+WIDGET_RANKS = (3, 4, 6, 8)  # from 3 ranks on, the five milestones below are five different steps
+MILESTONES = ("start", "reduce-scatter step 1", "reduce-scatter done", "all-gather step 1", "all-reduce done")
 
-    def redraw(_change: object = None) -> None:
-        step.max = 2 * (ranks.value - 1)
-        image.value = figure_png(plot_ring_step(ranks.value, min(step.value, step.max)))
 
-    for control in (ranks, step):
-        control.observe(redraw, names="value")
-    redraw()
-    return widgets.VBox([ranks, step, image])
+def milestone_step(n_ranks: int, milestone: str) -> int:
+    """The step of a ring of ``n_ranks`` at which ``milestone`` (one of :data:`MILESTONES`) is reached."""
+    _check(n_ranks, 0)
+    steps = dict(zip(MILESTONES, (0, 1, n_ranks - 1, n_ranks, 2 * (n_ranks - 1))))
+    if milestone not in steps:
+        raise ValueError(f"milestone must be one of {MILESTONES}, got {milestone!r}")
+    return steps[milestone]
+
+
+def ring_widget(n_ranks: int = 4, milestone: str = "start") -> widgets.VBox:
+    """Buttons for the number of ranks and a slider over the ring's milestones, over :func:`plot_ring_step`.
+
+    The steps of one ring are the static :func:`plot_ring_steps`; the widget compares rings: the same milestone takes
+    more steps with more ranks. Every state is drawn now and switched in the browser
+    (:func:`~tutorial_lib.widgets._live.live_states`), so the controls also work in the rendered book, with no kernel.
+    """
+    if n_ranks not in WIDGET_RANKS or isinstance(n_ranks, bool):
+        raise ValueError(f"n_ranks must be one of {WIDGET_RANKS}, got {n_ranks!r}")
+    if milestone not in MILESTONES:
+        raise ValueError(f"milestone must be one of {MILESTONES}, got {milestone!r}")
+    ranks = widgets.ToggleButtons(options=WIDGET_RANKS, value=n_ranks, description="ranks")
+    step = widgets.SelectionSlider(options=MILESTONES, value=milestone, description="step")
+    step.style.description_width = "initial"
+    step.layout.width = "95%"
+    return live_states([ranks, step], lambda n, m: png_view(plot_ring_step(n, milestone_step(n, m))))

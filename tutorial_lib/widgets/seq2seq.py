@@ -3,7 +3,7 @@
 Pure functions return tensors (:func:`smoothed_target`, :func:`smoothed_loss_curve`, :func:`cross_attention_weights`)
 or figures (:func:`plot_label_smoothing`, :func:`plot_training_history`, :func:`plot_cross_attention`);
 :func:`cross_attention_widget` is a thin ipywidgets wrapper over :func:`cross_attention_weights` and
-:func:`plot_cross_attention`.
+:func:`plot_cross_attention` (every state drawn when the notebook runs, so it works in the rendered book too).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from tutorial_lib.attention import padding_mask
 from tutorial_lib.decoding import eval_mode
 from tutorial_lib.models.transformer import Transformer
 from tutorial_lib.recipes.date_transformer import DATE_VOCAB, normalise_dates
-from tutorial_lib.widgets._plotting import figure_png, new_figure
+from tutorial_lib.widgets._live import live_states, png_view
+from tutorial_lib.widgets._plotting import new_figure
 
 # --- label smoothing -------------------------------------------------------------------------------------------------
 
@@ -170,37 +171,51 @@ def plot_cross_attention(
     return fig
 
 
-def cross_attention_widget(model: Transformer, texts: Sequence[str], *, layer: int = -1) -> widgets.VBox:
-    """A source date (chosen from ``texts``, or typed), the decoder layer and the head (or their mean): the date
-    model's ISO output and the cross-attention map of its greedy decoding, drawn by :func:`plot_cross_attention`."""
-    if not texts:
-        raise ValueError("texts must hold at least one date")
+MAX_WIDGET_DATES = 4  # with the mean and each of 4 heads, 20 states drawn for the book
+
+
+def _check_layer_and_head(model: Transformer, layer: object, head: object) -> None:
     n_layers, n_heads = model.cfg.n_decoder_layers, model.cfg.n_heads
-    layer = layer % n_layers
-    text = widgets.Combobox(value=texts[0], options=list(texts), description="source", ensure_option=False)
-    layer_slider = widgets.IntSlider(value=layer + 1, min=1, max=n_layers, description="layer")
-    head = widgets.Dropdown(options=[("mean of the heads", -1)] + [(f"head {h + 1}", h) for h in range(n_heads)],
-                            value=-1, description="head")
-    message = widgets.Label()
-    image = widgets.Image(format="png")
+    if isinstance(layer, bool) or not isinstance(layer, int) or not -n_layers <= layer < n_layers:
+        raise ValueError(f"layer must be an int in [{-n_layers}, {n_layers - 1}], got {layer!r}")
+    if isinstance(head, bool) or not isinstance(head, int) or not -1 <= head < n_heads:
+        raise ValueError(f"head must be -1 (the mean) or an int in [0, {n_heads - 1}], got {head!r}")
 
-    def redraw(_change=None) -> None:
-        try:
-            (output,) = normalise_dates(model, [text.value])
-        except ValueError as error:
-            message.value = str(error)
-            return
-        src = torch.tensor([DATE_VOCAB.encode(text.value)], device=model.unembed.weight.device)
-        tgt_in = torch.tensor([[DATE_VOCAB.bos_id, *DATE_VOCAB.encode(output)]], device=src.device)
-        _, maps = cross_attention_weights(model, src, tgt_in)
-        chosen = maps[layer_slider.value - 1, 0]
-        chosen = chosen.mean(dim=0) if head.value < 0 else chosen[head.value]
-        message.value = f"{text.value!r} -> {output!r}"
-        title = f"layer {layer_slider.value}, " + ("mean of the heads" if head.value < 0 else f"head {head.value + 1}")
-        image.value = figure_png(plot_cross_attention([chosen.cpu()], [text.value], [[*output, "<eos>"]], [title]))
 
-    for control in (text, layer_slider, head):
-        control.observe(redraw, names="value")
-    redraw()
-    return widgets.VBox([text, layer_slider, head, message, image])
+def cross_attention_view(model: Transformer, text: str, *, layer: int = -1, head: int = -1) -> Figure:
+    """The widget's picture for one state: the model's greedy output for the date ``text`` and one decoder layer's
+    cross-attention map of it, for head ``head`` (0-based) or, with ``head=-1``, the mean of the heads."""
+    _check_layer_and_head(model, layer, head)
+    layer = layer % model.cfg.n_decoder_layers
+    (output,) = normalise_dates(model, [text])
+    src = torch.tensor([DATE_VOCAB.encode(text)], device=model.unembed.weight.device)
+    tgt_in = torch.tensor([[DATE_VOCAB.bos_id, *DATE_VOCAB.encode(output)]], device=src.device)
+    _, maps = cross_attention_weights(model, src, tgt_in)
+    chosen = maps[layer, 0]
+    chosen = chosen.mean(dim=0) if head < 0 else chosen[head]
+    title = f"{text} → {output}: layer {layer + 1}, " + ("mean of the heads" if head < 0 else f"head {head + 1}")
+    return plot_cross_attention([chosen.cpu()], [text], [[*output, "<eos>"]], [title])
 
+
+def cross_attention_widget(model: Transformer, texts: Sequence[str], *, layer: int = -1, head: int = -1) -> widgets.VBox:
+    """The source date (one of ``texts``) and the head (or their mean) as buttons: the date model's ISO output and one
+    decoder layer's cross-attention map of its greedy decoding, drawn by :func:`cross_attention_view`.
+
+    Every state is drawn now and switched in the browser (:func:`~tutorial_lib.widgets._live.live_states`), so the
+    buttons also work in the rendered book, with no kernel. Other dates or another layer: call the function again.
+    """
+    if not texts or len(texts) > MAX_WIDGET_DATES:
+        raise ValueError(f"texts must hold 1 to {MAX_WIDGET_DATES} dates, got {len(texts)}")
+    if len(set(texts)) != len(texts):
+        raise ValueError(f"texts must hold different dates, got {list(texts)}")
+    normalise_dates(model, list(texts))  # a date outside the vocabulary fails here, before any control is built
+    _check_layer_and_head(model, layer, head)
+    n_heads = model.cfg.n_heads
+    date_buttons = widgets.ToggleButtons(options=list(texts), description="source")
+    head_buttons = widgets.ToggleButtons(
+        options=[("mean", -1)] + [(f"head {h + 1}", h) for h in range(n_heads)], value=head, description="head"
+    )
+    return live_states(
+        [date_buttons, head_buttons],
+        lambda text, head_: png_view(cross_attention_view(model, text, layer=layer, head=head_)),
+    )

@@ -3,7 +3,7 @@
 :func:`tile_grid` classifies the tiles of a ``query_pos × key_pos`` score matrix cut into ``block_q × block_k`` tiles
 (skipped above the causal diagonal, computed and cut by it, computed whole), exactly as
 :func:`tutorial_lib.efficient_attention.tiled_attention` visits them; :func:`plot_tile_grid` draws it and
-:func:`tile_grid_widget` wraps it with sliders. :func:`online_softmax_trace` records the running maximum and
+:func:`tile_grid_widget` draws it for a few block sizes, switched in the browser. :func:`online_softmax_trace` records the running maximum and
 denominator of :func:`tutorial_lib.efficient_attention.online_softmax` after every block.
 :func:`standard_attention_traffic` and :func:`tiled_attention_traffic` count the numbers moved between slow and fast
 memory (FlashAttention's Theorem 2), the second by walking the same tiles, in either loop order.
@@ -21,7 +21,8 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from tutorial_lib.widgets._plotting import figure_png, new_figure
+from tutorial_lib.widgets._live import live_states, png_view
+from tutorial_lib.widgets._plotting import new_figure
 
 SKIPPED, PARTIAL, FULL = 0, 1, 2  # a tile never computed; computed, cut by the causal diagonal; computed whole
 
@@ -98,21 +99,24 @@ def plot_tile_grid(n_query: int = 64, n_key: int = 64, block_q: int = 16, block_
     return fig
 
 
+WIDGET_BLOCKS = (4, 8, 16, 32)  # the block sizes the two sliders offer: 16 states drawn for the book
+
+
 def tile_grid_widget(n: int = 64, block_q: int = 16, block_k: int = 16, *, causal: bool = True) -> widgets.VBox:
-    """Sliders for the sequence length and the two block sizes, a causal switch, and the tile picture."""
-    length = widgets.IntSlider(value=n, min=8, max=256, step=8, description="n")
-    rows = widgets.IntSlider(value=block_q, min=1, max=128, description="block_q")
-    cols = widgets.IntSlider(value=block_k, min=1, max=128, description="block_k")
-    is_causal = widgets.Checkbox(value=causal, description="causal")
-    image = widgets.Image(format="png")
+    """Sliders for the two block sizes over :func:`plot_tile_grid` of an ``n × n`` score matrix.
 
-    def redraw(_change: object = None) -> None:
-        image.value = figure_png(plot_tile_grid(length.value, length.value, rows.value, cols.value, causal=is_causal.value))
-
-    for control in (length, rows, cols, is_causal):
-        control.observe(redraw, names="value")
-    redraw()
-    return widgets.VBox([length, rows, cols, is_causal, image])
+    Every state is drawn now and switched in the browser (:func:`~tutorial_lib.widgets._live.live_states`), so the
+    sliders also work in the rendered book, with no kernel.
+    """
+    _check_sizes(n=n)
+    for name, value in (("block_q", block_q), ("block_k", block_k)):
+        if value not in WIDGET_BLOCKS or isinstance(value, bool):
+            raise ValueError(f"{name} must be one of {WIDGET_BLOCKS}, got {value!r}")
+    rows = widgets.SelectionSlider(options=WIDGET_BLOCKS, value=block_q, description="block_q")
+    cols = widgets.SelectionSlider(options=WIDGET_BLOCKS, value=block_k, description="block_k")
+    return live_states(
+        [rows, cols], lambda block_q_, block_k_: png_view(plot_tile_grid(n, n, block_q_, block_k_, causal=causal))
+    )
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,48 @@
+"""Chapter 10's build exercise (generation with top-p through a KV cache) and prediction (the nucleus's size)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from tutorial_lib.checks import check
+from tutorial_lib.sampling import top_p_filter
+
+
+def generate_without_cache(model, prompt, max_new_tokens, temperature, top_p, generator):
+    tokens = prompt
+    with torch.no_grad():
+        for _ in range(max_new_tokens):  # re-reads the whole sequence: slower, the same tokens
+            logits = model.eval()(tokens)[:, -1] / temperature
+            probs = torch.softmax(top_p_filter(logits, top_p), dim=-1)
+            tokens = torch.cat([tokens, torch.multinomial(probs, 1, generator=generator)], dim=1)
+    return tokens
+
+
+def generate_top_p_before_temperature(model, prompt, max_new_tokens, temperature, top_p, generator):
+    cache, tokens, step = model.make_kv_cache(prompt.shape[0]), prompt, prompt
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            logits = top_p_filter(model.eval()(step, cache=cache)[:, -1], top_p)
+            step = torch.multinomial(torch.softmax(logits / temperature, dim=-1), 1, generator=generator)
+            tokens = torch.cat([tokens, step], dim=1)
+    return tokens
+
+
+def test_generation_without_a_cache_passes_and_filtering_first_is_named(assert_mistake_named):
+    assert check("10.generate", generate_without_cache).passed
+    assert_mistake_named("10.generate", generate_top_p_before_temperature, "filtered_before_temperature")
+
+
+def test_the_nucleus_of_a_zipf_distribution():
+    from tutorial_lib.checks.ch10 import nucleus_size
+
+    kept, most_likely = nucleus_size()
+    weights = [1 / r for r in range(1, 1001)]
+    total, running, n = sum(weights), 0.0, 0
+    while running < 0.9 * total:  # the rule of top-p: add tokens, most likely first, until the mass reaches 0.9
+        running += weights[n]
+        n += 1
+    assert kept == n and math.isclose(most_likely, 1 / total, rel_tol=1e-9)
+    assert check("10.predict_nucleus_size", lambda: 900).mistake == "fraction_of_vocabulary"

@@ -1,0 +1,84 @@
+"""Exercises that teach (the chapter contract): in every chapter 01–14 one build exercise that composes the chapter's
+pieces, one predict-then-measure exercise, two folded hints per exercise (a nudge, then the recipe), and no TODO comment
+that writes the code for the learner.
+
+The conventions this reads, in ``solutions/NN_*.ipynb`` (the exercises notebooks are generated from them):
+- an exercise starts at a markdown heading ``## Exercise N · Title (P points)``; a build exercise's title starts with
+  ``Build:``, a predict-then-measure exercise's with ``Predict:``;
+- each exercise's markdown holds ``<details><summary>Hint 1 · …</summary> … </details>`` and then the same with
+  ``Hint 2 · …`` (folded in Jupyter and in the book);
+- a predict exercise is checked by an exercise made by ``tutorial_lib.checks.prediction.predict_number``, after a code
+  cell that makes the measurement.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from tutorial_lib.checks import get_exercise
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTERS = [f"{n:02d}" for n in range(1, 15)]
+HEADING = re.compile(r"^## Exercise (\d+) · (.+?) \((\d+) points?\)\s*$", re.MULTILINE)
+HINT = re.compile(r"<details>\s*<summary>\s*Hint (\d) · [^<]+</summary>(.+?)</details>", re.DOTALL)
+CHECK = re.compile(r"""^check\(\s*["'](\d\d\.\w+)["']""", re.MULTILINE)
+
+
+def _solutions(chapter: str) -> nbformat.NotebookNode:
+    (path,) = (ROOT / "solutions").glob(f"{chapter}_*.ipynb")
+    return nbformat.read(path, as_version=4)
+
+
+def _sections(chapter: str) -> list[tuple[str, str, list[str]]]:
+    """(title, markdown of the exercise, ids checked in it) per exercise heading, in order."""
+    sections: list[tuple[str, str, list[str]]] = []
+    for cell in _solutions(chapter).cells:
+        heading = HEADING.search(cell.source) if cell.cell_type == "markdown" else None
+        if heading:
+            sections.append((heading.group(2), "", []))
+        if not sections:
+            continue
+        title, markdown, ids = sections[-1]
+        if cell.cell_type == "markdown":
+            markdown += cell.source + "\n"
+        else:
+            ids = ids + CHECK.findall(cell.source)
+        sections[-1] = (title, markdown, ids)
+    return sections
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_every_exercise_has_a_nudge_then_a_recipe_folded(chapter):
+    sections = _sections(chapter)
+    assert sections, f"solutions/{chapter}: no '## Exercise N · Title (P points)' heading"
+    for title, markdown, _ids in sections:
+        hints = HINT.findall(markdown)
+        levels = [level for level, _text in hints]
+        assert levels == ["1", "2"], f"solutions/{chapter}, {title!r}: hints {levels}, expected Hint 1 then Hint 2"
+        assert all(len(text.strip()) >= 40 for _level, text in hints), f"{title!r}: a hint says almost nothing"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_each_chapter_has_a_build_and_a_predict_exercise(chapter):
+    sections = _sections(chapter)
+    build = [(t, ids) for t, _m, ids in sections if t.startswith("Build:")]
+    predict = [(t, ids) for t, _m, ids in sections if t.startswith("Predict:")]
+    assert build, f"solutions/{chapter}: no exercise titled 'Build: …'"
+    assert predict, f"solutions/{chapter}: no exercise titled 'Predict: …'"
+    for title, ids in build + predict:
+        assert ids, f"solutions/{chapter}, {title!r}: no check(...) cell in the exercise"
+    for title, ids in predict:
+        assert all(get_exercise(i).on_pass is not None for i in ids), \
+            f"solutions/{chapter}, {title!r}: its check is not a prediction (tutorial_lib.checks.prediction)"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_no_todo_comment_writes_the_code(chapter):
+    for index, cell in enumerate(_solutions(chapter).cells):
+        if cell.cell_type == "code":
+            todo = [line.strip() for line in cell.source.splitlines() if re.match(r"\s*# TODO", line)]
+            assert not todo, f"solutions/{chapter} cell {index}: {todo[0]!r} (the hints are in the folded Hint 1/2)"
