@@ -403,9 +403,13 @@ async def _drive_widgets(page, report: PageReport, viewport_width: int) -> None:
             if control["kind"] == "toggle":
                 moves = [i for i in range(control["count"]) if i != control["index"]]
             else:
-                moves = [None] * min(control["count"] - 1, MINIMUM_WIDGET_STATES - 1)
-                direction = "ArrowRight" if control["index"] < control["count"] - 1 else "ArrowLeft"
-            for move in moves:
+                # Toward the side with more stops first; back the other way when that end is reached, up to every
+                # stop twice, until the widget has shown enough different states.
+                moves = [None] * (2 * (control["count"] - 1))
+                direction = "ArrowLeft" if control["index"] >= control["count"] / 2 else "ArrowRight"
+            for number, move in enumerate(moves):
+                if move is None and number > 0 and len(seen) >= MINIMUM_WIDGET_STATES:
+                    break
                 before = state
                 where = f"{name}, {control['kind']} {control['description'] or k + 1!r}"
                 try:
