@@ -33,7 +33,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tutorial_lib.recipes.ablation import Change, Skip, block_gradient_norms, build_ablated_model, within_noise
+from tutorial_lib.recipes.ablation import (
+    Change,
+    Skip,
+    bigram_cross_entropy,
+    bigram_probabilities,
+    block_gradient_norms,
+    build_ablated_model,
+    within_noise,
+)
 from tutorial_lib.stats import compare_paired, t_quantile
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
@@ -675,21 +683,11 @@ BUILD_ABLATED_MODEL = Exercise(
 # --- 11.predict_no_attention_loss (predict, then measure) -------------------------------------------------------------
 
 
-def bigram_cross_entropy(dataset) -> float:
-    """The loss floor of a model that sees only the current character: the cross-entropy of the validation text under
-    the training text's bigram frequencies, one count added to every pair (so that no pair has probability zero)."""
-    d_vocab = dataset.tokenizer.d_vocab
-    pairs = torch.zeros(d_vocab, d_vocab, dtype=torch.float64)
-    pairs.index_put_((dataset.train[:-1], dataset.train[1:]), torch.ones(len(dataset.train) - 1, dtype=torch.float64),
-                     accumulate=True)
-    bigram = (pairs + 1) / (pairs + 1).sum(dim=1, keepdim=True)  # row: the current character, column: the next
-    return -bigram[dataset.val[:-1], dataset.val[1:]].log().mean().item()
-
-
 def _measure_bigram_bound() -> float:
     from tutorial_lib.data.shakespeare import load_shakespeare_char
 
-    return bigram_cross_entropy(load_shakespeare_char())
+    dataset = load_shakespeare_char()
+    return bigram_cross_entropy(bigram_probabilities(dataset), dataset.val)
 
 
 PREDICT_NO_ATTENTION_LOSS = predict_number(

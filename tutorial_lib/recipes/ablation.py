@@ -428,6 +428,22 @@ def block_gradient_norms(
     return torch.stack(norms).detach()
 
 
+def bigram_probabilities(dataset: CharDataset) -> Float[Tensor, "d_vocab d_vocab"]:
+    """P(next | current) by the training text's character pairs (row: the current character, column: the next), one
+    count added to every pair so that no pair has probability zero: the model that sees only the current character."""
+    d_vocab = dataset.tokenizer.d_vocab
+    pairs = torch.zeros(d_vocab, d_vocab, dtype=torch.float64)
+    pairs.index_put_((dataset.train[:-1], dataset.train[1:]), torch.ones(len(dataset.train) - 1, dtype=torch.float64),
+                     accumulate=True)
+    return (pairs + 1) / (pairs + 1).sum(dim=1, keepdim=True)
+
+
+def bigram_cross_entropy(bigram: Float[Tensor, "d_vocab d_vocab"], tokens: Int[Tensor, "*batch seq"]) -> float:
+    """How surprising each character of ``tokens`` is after the one before it under ``bigram``
+    (:func:`bigram_probabilities`): the mean of -log P(next | current), in nats a character."""
+    return -bigram[tokens[..., :-1], tokens[..., 1:]].log().mean().item()
+
+
 @torch.no_grad()
 def validation_loss_by_position(model: nn.Module, dataset: CharDataset, *, n_batches: int | None = None) -> Float[Tensor, " seq"]:
     """The mean next-token loss at each position of the validation windows (the first ``n_batches`` batches, default
