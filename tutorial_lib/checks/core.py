@@ -385,6 +385,45 @@ def _mistake_outcomes(exercise: Exercise, cases: Sequence[Case]) -> dict[str, li
     }
 
 
+class _OurOutcomes:
+    """An exercise's seeded cases, and the reference's and the catalogued mistakes' outcomes on them, computed on first
+    use and kept with the exercise. The cases are seeded and every call that draws random numbers seeds them itself, so
+    these never change: checking again (a learner's next try, or a test's whole catalogue) runs only the answer checked.
+    The cases are kept too: an answer's arguments afterwards are compared with ours, and a case may hold a function
+    made when the cases are (a model's builder), equal only to itself."""
+
+    def __init__(self, exercise: Exercise) -> None:
+        self.exercise = exercise
+        self.key = _outcomes_key(exercise)
+        self.cases = exercise.make_cases()
+        self._reference: dict[int, Outcome] = {}
+        self._mistakes: dict[str, list[list[Outcome]]] | None = None
+
+    def reference(self, index: int, case: Case) -> Outcome:
+        if index not in self._reference:
+            self._reference[index] = run_ours(self.exercise.run, self.exercise.reference, case.args)
+        return self._reference[index]
+
+    def mistakes(self, cases: Sequence[Case]) -> dict[str, list[list[Outcome]]]:
+        if self._mistakes is None:
+            self._mistakes = _mistake_outcomes(self.exercise, cases)
+        return self._mistakes
+
+
+def _outcomes_key(exercise: Exercise) -> tuple:
+    # What decides the outcomes: a field replaced on the exercise (a test adding a mistake, say) computes them again.
+    return (exercise.reference, exercise.cases, exercise.call, exercise.seed,
+            tuple((mistake.name, tuple(mistake.variants)) for mistake in exercise.mistakes))
+
+
+def _ours(exercise: Exercise) -> _OurOutcomes:
+    kept = exercise.__dict__.get("_our_outcomes")
+    if kept is None or kept.key != _outcomes_key(exercise):
+        kept = _OurOutcomes(exercise)
+        object.__setattr__(exercise, "_our_outcomes", kept)  # on the (frozen) exercise: it lives and dies with it
+    return kept
+
+
 def _matching_mistakes(exercise: Exercise, cases: Sequence[Case], learner: Sequence[Outcome], refused: Sequence[bool],
                        outcomes: dict[str, list[list[Outcome]]],
                        learner_grads: Sequence[Outcome] | None = None) -> list[Mistake]:
@@ -560,7 +599,7 @@ def _judge(exercise: Exercise, obj: Any, time_limit: float) -> _Verdict:
     if not callable(obj):
         return _Verdict("wrong_type", f"check expects your function or class, got {describe_type(obj)}.",
                         f"got {describe_type(obj)}, not a function")
-    cases = exercise.make_cases()
+    cases = _ours(exercise).cases
     learner: list[Outcome] = []
     failures: list[Failure | None] = []
     refused: list[bool] = []  # cases of bad input, which the reference refuses with an exception
@@ -577,7 +616,7 @@ def _judge(exercise: Exercise, obj: Any, time_limit: float) -> _Verdict:
             return _Verdict("too_slow", f"On {case.describe()}, the call did not finish within {time_limit:g} s: look "
                                         f"for a loop that never ends.", f"did not finish within {time_limit:g} s")
         learner.append(got)
-        want = run_ours(exercise.run, exercise.reference, case.args)
+        want = _ours(exercise).reference(index, case)
         refused.append(want.error is not None)
         failures.append(_compare(exercise, case, got, want))
 
@@ -612,7 +651,7 @@ def _judge(exercise: Exercise, obj: Any, time_limit: float) -> _Verdict:
     else:
         body = sentence(f"{where}{failure.detail}")
     body = body[0].upper() + body[1:]
-    outcomes = _mistake_outcomes(exercise, cases)
+    outcomes = _ours(exercise).mistakes(cases)
     mistakes = _matching_mistakes(exercise, cases, learner, refused, outcomes, learner_grads)
     pair = None
     if not mistakes and learner_grads is None:
