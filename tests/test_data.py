@@ -181,6 +181,14 @@ def test_char_dataset_split_fraction():
     assert dataset.tokenizer.decode(torch.cat([dataset.train, dataset.val])) == "abcdefghij" * 10
 
 
+@pytest.mark.parametrize("text", ["abcdefghij" * 10, "Ça va? Ünïcödé, 東京 and 🙂 too: ÇÇ🙂 " * 5, "x\ny\tz" * 7])
+def test_char_dataset_ids_are_the_tokenizers(text):
+    # from_text encodes the whole text at once (ranks of code points); the tokenizer's encode, character by character,
+    # is the definition.
+    dataset = CharDataset.from_text(text, train_fraction=0.5)
+    assert torch.equal(torch.cat([dataset.train, dataset.val]), torch.tensor(dataset.tokenizer.encode(text)))
+
+
 @pytest.mark.parametrize(
     ("n_tokens", "fraction", "message"),
     [(100, 1.0, "train_fraction must lie strictly between 0 and 1"), (100, 0.0, "train_fraction must lie"),
