@@ -70,14 +70,22 @@ execute: venv
 	$(PY) tools/execute_notebooks.py
 
 # NOTEBOOKS: what test-notebooks runs (folders or files), e.g. `make test-notebooks NOTEBOOKS="chapters/04_multi_head_attention.ipynb"`.
-NOTEBOOKS ?= chapters solutions exercises
+# By default every notebook, the chapters that train first, longest first, and each chapter that trains a shared model
+# before the chapters that read it: chapter 09 trains the character GPT (and saves it where the recipe looks) before
+# 04, 06 and 10 load it, chapter 05 trains the ablation runs that 06 and 13 read. The rest follow in the book's order.
+TRAINING_CHAPTERS := $(addprefix chapters/,09_training_a_tiny_gpt.ipynb 05_feed_forward.ipynb 12_modern_variants.ipynb \
+	07_encoder_decoder_transformer.ipynb 14_encoder_only_bert.ipynb 11_what_if_we_remove_it.ipynb \
+	06_residuals_and_normalization.ipynb 13_efficient_attention.ipynb 04_multi_head_attention.ipynb 15_data_parallel.ipynb)
+NOTEBOOKS ?= $(TRAINING_CHAPTERS) $(filter-out $(TRAINING_CHAPTERS),$(sort $(wildcard chapters/*.ipynb))) \
+	$(sort $(wildcard solutions/*.ipynb)) $(sort $(wildcard exercises/*.ipynb))
 
 # nbval in strict mode: every cell's fresh output must equal the stored one (sanitized by nbval_sanitize.cfg).
 # `-o addopts=` drops the unit suite's options (jaxtyping's import hook): the notebooks run in their own kernels.
 # NOTEBOOK_WORKERS notebooks run side by side (pytest-xdist; --dist loadfile keeps each notebook's cells in order on
-# one worker), handed out in the book's order (--no-loadscope-reorder), so a shared model is trained by the first
-# chapter that needs it, as the README's table says; two that need it at once train it once (the recipes' cache lock).
-# --durations lists the slowest cells: none may need more than a quarter of the cell timeout.
+# one worker), handed out in the order of NOTEBOOKS (--no-loadscope-reorder), each worker taking the next when it is
+# nearly done, so that both stay busy to the end; a chapter that asks for a model another one is training waits and
+# loads it (the recipes' cache lock), and one that finds no model trains it itself: the order changes times, never
+# results. --durations lists the slowest cells: none may need more than a quarter of the cell timeout.
 NOTEBOOK_WORKERS ?= 2
 
 test-notebooks: venv
