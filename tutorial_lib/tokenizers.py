@@ -17,7 +17,6 @@ the textbook example of the chapter runs it on characters, :class:`BPETokenizer`
 from __future__ import annotations
 
 import math
-import numbers
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -29,7 +28,7 @@ from jaxtyping import Int
 from torch import Tensor
 
 from tutorial_lib.validation import check_non_negative_int as _check_non_negative_int
-from tutorial_lib.validation import shortened
+from tutorial_lib.validation import is_int, shortened
 
 Symbol = TypeVar("Symbol")  # what BPE merges: a character, a byte string, or a token id
 
@@ -359,6 +358,6 @@ def _as_id_list(ids: Sequence[int] | Tensor, d_vocab: int) -> list[int]:
     if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
         raise ValueError(f"ids must be a list or 1-D tensor of token ids, got {shortened(ids)}")
     for position, i in enumerate(ids):
-        if isinstance(i, bool) or not isinstance(i, numbers.Integral) or not 0 <= i < d_vocab:
+        if not is_int(i) or not 0 <= i < d_vocab:
             raise ValueError(f"ids must lie in [0, d_vocab={d_vocab}), got {shortened(i)} at position {position}")
     return [int(i) for i in ids]

@@ -13,17 +13,18 @@ SHORT = 80  # characters of an argument quoted in an error message
 
 def shortened(value: object, limit: int = SHORT) -> str:
     """``repr(value)``, cut to ``limit`` characters: an error message quotes the argument, not all of it."""
-    text = repr(int(value)) if _is_int(value) else repr(value)  # np.int64(5) is quoted as 5
+    text = repr(int(value)) if is_int(value) else repr(value)  # np.int64(5) is quoted as 5
     return text if len(text) <= limit else f"{text[:limit - 15]}… ({len(text)} characters)"
 
 
-def _is_int(value: object) -> bool:
+def is_int(value: object) -> bool:
+    """Whether ``value`` is an integer as Python and NumPy count them (``5``, ``np.int64(5)``), a bool excluded."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def check_int(name: str, value: object, *, minimum: int | None = None) -> int:
     """``value`` as an ``int`` (a Python or NumPy integer, not a bool), at least ``minimum``; else ``ValueError``."""
-    if not _is_int(value) or (minimum is not None and value < minimum):
+    if not is_int(value) or (minimum is not None and value < minimum):
         bound = {None: "an int", 0: "a non-negative int", 1: "a positive int"}.get(minimum, f"an int >= {minimum}")
         raise ValueError(f"{name} must be {bound}, got {shortened(value)}")
     return int(value)
@@ -46,4 +47,4 @@ def check_real(name: str, value: object) -> float:
     return float(value)
 
 
-__all__ = ["check_int", "check_non_negative_int", "check_positive_int", "check_real", "shortened"]
+__all__ = ["check_int", "check_non_negative_int", "check_positive_int", "check_real", "is_int", "shortened"]

@@ -21,6 +21,7 @@ from tutorial_lib.decoding import eval_mode
 from tutorial_lib.models.transformer import Transformer
 from tutorial_lib.recipes.date_transformer import DATE_VOCAB, normalise_dates
 from tutorial_lib.widgets._live import live_states, png_view
+from tutorial_lib.validation import is_int
 from tutorial_lib.widgets._plotting import new_figure
 
 # --- label smoothing -------------------------------------------------------------------------------------------------
@@ -176,9 +177,9 @@ MAX_WIDGET_DATES = 4  # with the mean and each of 4 heads, 20 states drawn for t
 
 def _check_layer_and_head(model: Transformer, layer: object, head: object) -> None:
     n_layers, n_heads = model.cfg.n_decoder_layers, model.cfg.n_heads
-    if isinstance(layer, bool) or not isinstance(layer, int) or not -n_layers <= layer < n_layers:
+    if not is_int(layer) or not -n_layers <= layer < n_layers:
         raise ValueError(f"layer must be an int in [{-n_layers}, {n_layers - 1}], got {layer!r}")
-    if isinstance(head, bool) or not isinstance(head, int) or not -1 <= head < n_heads:
+    if not is_int(head) or not -1 <= head < n_heads:
         raise ValueError(f"head must be -1 (the mean) or an int in [0, {n_heads - 1}], got {head!r}")
 
 
