@@ -9,7 +9,20 @@ export MPLBACKEND := agg
 export OMP_NUM_THREADS ?= 2
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: venv lab book book-assets colab-wheels test test-unit test-notebooks test-book test-browser screenshots execute clean exercises
+# Another CPU, emulated on this one (CONTRIBUTING.md, "Any CPU"): every stage of `make test` then runs as it would there.
+# CPU_ISA=avx2: the kernels an AVX2-only x86-64 CPU runs (an older AMD EPYC, most laptops before 2020): ATen's, oneDNN's
+# and MKL's dispatch capped at AVX2, no AVX-512, no native bfloat16. Chapter 00 prints what each back end runs.
+# CPU_CORES=N: every command pinned to the first N cores (taskset), e.g. CPU_CORES=1 with two notebook workers: half the speed.
+ifeq ($(CPU_ISA),avx2)
+export ATEN_CPU_CAPABILITY := avx2
+export ONEDNN_MAX_CPU_ISA := AVX2
+export MKL_ENABLE_INSTRUCTIONS := AVX2
+else ifneq ($(CPU_ISA),)
+$(error CPU_ISA must be avx2 or empty, got '$(CPU_ISA)')
+endif
+PIN := $(if $(CPU_CORES),taskset -c 0-$(shell echo $$(($(CPU_CORES) - 1))))
+
+.PHONY: venv machine lab book book-assets colab-wheels test test-unit test-notebooks test-book test-browser screenshots execute clean exercises
 
 $(STAMP): requirements.txt pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -45,6 +58,11 @@ book: venv book-assets
 book-assets:
 	$(PY) tools/book_assets.py
 
+## machine: this machine's float32 matmul throughput (on 2 threads and on 1) and the instruction sets PyTorch runs
+machine: venv
+	$(PIN) $(PY) -m tutorial_lib.machine_speed 2
+	$(PIN) $(PY) -m tutorial_lib.machine_speed 1
+
 ## test: every test of the project: unit tests, the notebooks' stored outputs (nbval), the book, the book in a browser
 test: venv test-unit test-notebooks test-book test-browser
 
@@ -52,7 +70,7 @@ test: venv test-unit test-notebooks test-book test-browser
 UNIT_WORKERS ?= 2
 
 test-unit: venv colab-wheels
-	$(TIMED) $(PY) -m pytest -n $(UNIT_WORKERS) tests
+	$(TIMED) $(PIN) $(PY) -m pytest -p tools.time_report -n $(UNIT_WORKERS) tests
 
 # The wheels the offline Colab test (tests/test_colab_install.py) lets pip install from: the package's dependencies
 # without torch, at requirements.txt's versions, into .venv/colab-wheels (downloaded once).
@@ -89,19 +107,19 @@ NOTEBOOKS ?= $(TRAINING_CHAPTERS) $(filter-out $(TRAINING_CHAPTERS),$(sort $(wil
 NOTEBOOK_WORKERS ?= 2
 
 test-notebooks: venv
-	$(TIMED) $(NOTEBOOK_ENV) $(PY) -m pytest -o addopts= -p no:cacheprovider -n $(NOTEBOOK_WORKERS) --dist loadfile \
+	$(TIMED) $(NOTEBOOK_ENV) $(PIN) $(PY) -m pytest -o addopts= -p no:cacheprovider -p tools.time_report -n $(NOTEBOOK_WORKERS) --dist loadfile \
 		--no-loadscope-reorder \
 		--nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg --nbval-cell-timeout=600 \
 		--timeout=900 --durations=15 $(NOTEBOOKS)
 
 # The book from scratch (--all: a warning in an unchanged page must still fail), warnings as errors.
 test-book: venv book-assets
-	$(TIMED) $(VENV)/bin/jupyter-book build . --all -W -n --keep-going
+	$(TIMED) $(PIN) $(VENV)/bin/jupyter-book build . --all -W -n --keep-going
 
 # The built book in Chromium (Debian's `chromium`; .ci/run installs it): every page at 1280 and 390 px, offline; and
 # `make lab`'s JupyterLab (installed here on first use) running an exercises notebook, its solutions and chapter 03's widget.
 test-browser: venv $(LAB_STAMP)
-	$(TIMED) $(PY) -m pytest -m browser tests/test_book_browser.py tests/test_jupyterlab.py
+	$(TIMED) $(PIN) $(PY) -m pytest -m browser tests/test_book_browser.py tests/test_jupyterlab.py
 
 ## screenshots: the README's pictures of chapter 03 at desktop and phone width, taken by the browser suite
 screenshots: book

@@ -16,7 +16,7 @@ Modules follow the order of the book:
 ``recipes.date_transformer``    07  the Transformer trained on date normalisation (cached)
 ``models.gpt``                  08  a decoder-only GPT (GPT-2's architecture)
 ``training``                    09  schedules, label smoothing, the training loop (fp32, or bf16 autocast)
-``progress``                    09  the line a cell that trains shows: what runs, its time on CI, how far it got
+``progress``                    09  the line a cell that trains shows: what runs, its time on CI and here, how far
 ``recipes``                     09  trained models shared by chapters (trained once, cached), one module per recipe
 ``recipes.cache``               09  a recipe's file name; training under a file lock, then loading
 ``recipes.char_gpt``            09  the character-level GPT the chapters share, and its kept runs
@@ -37,6 +37,7 @@ Modules follow the order of the book:
 ``widgets``                     --  the chapters' figures and interactive explorers
 ``checks``, ``grade``           --  the exercises' checks (one module per chapter) and a grader for a class's notebooks
 ``environment``                 --  seeding and device choice of a notebook's first cell
+``machine_speed``               00  this machine's matmul speed, each chapter's expected time here, the CPU's kernels
 ==============================  ==================================================
 """
 
