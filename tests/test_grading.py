@@ -8,12 +8,15 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import re
 import shutil
 from pathlib import Path
 
 import nbformat
 import pytest
+import torch
+from jaxtyping import Bool, Float, Int
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from tutorial_lib import grade
@@ -92,7 +95,7 @@ EXERCISE_OF = {
     "padding_mask": "03.padding_mask",
     "sliding_window_mask": "03.sliding_window_mask",
 }
-N_COPIES = max(len(mistakes) for mistakes in PLANTED.values())
+GRADED_COPIES = 2
 
 
 def plant(notebook: nbformat.NotebookNode, function: str, body: str) -> None:
@@ -166,7 +169,27 @@ def test_a_fresh_exercise_notebook_runs_and_scores_zero(capsys):
         assert any(line.split() == [exercise_id, f"0/{max_points}", "not", "attempted", "yet"] for line in out), out
 
 
-@pytest.mark.parametrize("copy", range(N_COPIES))
+def _planted_function(function: str, body: str):
+    """``function`` as the planted solutions notebook defines it, run here: the cell's source with ``body`` planted."""
+    notebook = nbformat.read(SOLUTION, as_version=4)
+    plant(notebook, function, body)
+    cell = next(cell for cell in notebook.cells if cell.cell_type == "code" and f"def {function}(" in cell.source)
+    namespace = {"math": math, "torch": torch, "Tensor": torch.Tensor, "Bool": Bool, "Float": Float, "Int": Int}
+    exec(compile(cell.source, f"<{function}, planted>", "exec"), namespace)  # noqa: S102 - our own test's cell
+    return namespace[function]
+
+
+@pytest.mark.parametrize(("function", "mistake", "body"),
+                         [(function, name, body) for function, mistakes in PLANTED.items() for name, body in mistakes],
+                         ids=lambda value: value if isinstance(value, str) and "\n" not in value and len(value) < 40 else "")
+def test_each_planted_mistake_is_named_by_its_check(function, mistake, body, assert_mistake_named):
+    # Every mistake as a learner writes it, checked in this process; the grader's kernels run two copies below.
+    assert_mistake_named(EXERCISE_OF[function], _planted_function(function, body), mistake)
+
+
+# The grader end to end on planted notebooks: two copies, each with a mistake in every function (a kernel each, a few
+# seconds). That every planted mistake is named is the test above's, in this process, without a kernel per copy.
+@pytest.mark.parametrize("copy", range(GRADED_COPIES))
 def test_planted_mistakes_lose_their_points_and_are_named(copy, tmp_path):
     notebook = nbformat.read(SOLUTION, as_version=4)
     # What a learner submits has no solution-only cells: they use the solved functions beyond the checks.

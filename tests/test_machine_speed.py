@@ -9,40 +9,41 @@ import torch
 
 from tutorial_lib import machine_speed
 from tutorial_lib.machine_speed import (
-    REFERENCE_GFLOPS,
+    REFERENCE_UPDATE_MS,
     expected_seconds_here,
     kernel_isas,
     matmul_gflops,
-    measured_gflops,
+    measured_update_milliseconds,
     speed_factor,
+    update_milliseconds,
 )
 
 
-def test_the_probe_measures_a_plausible_throughput_and_leaves_the_thread_count_alone():
-    threads = torch.get_num_threads()
-    gflops = matmul_gflops(threads=1, seconds=0.05)
-    assert 0.5 < gflops < 10_000  # from a slow laptop core to a large server's
-    assert torch.get_num_threads() == threads
+def test_the_probes_measure_plausible_speeds_and_leave_threads_and_random_state_alone():
+    threads, state = torch.get_num_threads(), torch.random.get_rng_state()
+    assert 0.5 < matmul_gflops(threads=1, seconds=0.05) < 10_000  # from a slow laptop core to a large server's
+    assert 0.1 < update_milliseconds(threads=1, seconds=0.05) < 1_000
+    assert torch.get_num_threads() == threads and torch.equal(torch.random.get_rng_state(), state)
 
 
 def test_the_probe_runs_once_per_process_and_thread_count(monkeypatch):
     calls = []
     monkeypatch.setattr(machine_speed, "_measured", {})
-    monkeypatch.setattr(machine_speed, "matmul_gflops", lambda: calls.append(1) or 50.0)
-    assert measured_gflops() == measured_gflops() == 50.0 and len(calls) == 1
+    monkeypatch.setattr(machine_speed, "update_milliseconds", lambda: calls.append(1) or 25.0)
+    assert measured_update_milliseconds() == measured_update_milliseconds() == 25.0 and len(calls) == 1
 
 
-def test_times_scale_with_the_inverse_of_the_throughput():
-    assert speed_factor(REFERENCE_GFLOPS) == 1.0
-    assert expected_seconds_here(60, gflops=REFERENCE_GFLOPS / 3) == pytest.approx(180)  # a third of the speed
-    assert expected_seconds_here(60, gflops=REFERENCE_GFLOPS * 2) == pytest.approx(30)
+def test_times_scale_with_the_time_of_an_update():
+    assert speed_factor(REFERENCE_UPDATE_MS) == 1.0
+    assert expected_seconds_here(60, update_ms=3 * REFERENCE_UPDATE_MS) == pytest.approx(180)  # a third of the speed
+    assert expected_seconds_here(60, update_ms=REFERENCE_UPDATE_MS / 2) == pytest.approx(30)
 
 
 @pytest.mark.parametrize(
     ("call", "name"),
     [(lambda: matmul_gflops(threads=0), "threads"), (lambda: matmul_gflops(size=True), "size"),
-     (lambda: matmul_gflops(seconds=0), "seconds"), (lambda: speed_factor(0.0), "gflops"),
-     (lambda: expected_seconds_here(-1), "reference_seconds")],
+     (lambda: matmul_gflops(seconds=0), "seconds"), (lambda: update_milliseconds(seconds=-1), "seconds"),
+     (lambda: speed_factor(0.0), "update_ms"), (lambda: expected_seconds_here(-1), "reference_seconds")],
 )
 def test_bad_arguments_are_named(call, name):
     with pytest.raises(ValueError, match=name):

@@ -95,7 +95,8 @@ def violations(source: str) -> list[str]:
         if not isinstance(statement, ast.Assert):
             continue
         for compare in ast.walk(statement.test):
-            if not isinstance(compare, ast.Compare) or not isinstance(compare.ops[0], ast.Lt | ast.LtE | ast.Gt | ast.GtE):
+            ordered = ast.Lt | ast.LtE | ast.Gt | ast.GtE
+            if not isinstance(compare, ast.Compare) or not isinstance(compare.ops[0], ordered):
                 continue
             sides = [compare.left, *compare.comparators]
             for left, right in zip(sides, sides[1:]):

@@ -1,21 +1,25 @@
-"""How fast this machine multiplies matrices, and so how long a chapter will take on it (chapter 00).
+"""How fast this machine trains the book's small models, and so how long a chapter will take on it (chapter 00).
 
 The book's stored times were measured on one machine, the *reference*: the 2-core CI machine, each notebook's kernel
 on one thread, two notebooks side by side. A reader's laptop, or another CI machine, can be three times slower or
-twice as fast. Almost all of a training cell's time is spent in float32 matrix products, so one short probe of this
-machine's matmul throughput, on the thread count the kernel uses, scales every stored time to this machine:
+twice as fast. Most of a chapter's time goes into training small models, so one short probe that times the update of
+a small GPT on this machine, on the thread count the kernel uses, scales every stored time to this machine:
 
-    expected here = seconds on the reference × (reference throughput / throughput here).
+    expected here = seconds on the reference × (an update's time here / an update's time on the reference).
 
-:func:`matmul_gflops` is the probe (a fraction of a second, kept per process: :func:`measured_gflops`);
-:func:`expected_seconds_here` does the scaling, and :func:`tutorial_lib.progress.announce` prints both times before a
-long cell starts. :data:`CHAPTER_SECONDS` holds each notebook's stored time on the reference, which chapter 00 scales
-for the reader. :func:`kernel_isas` reports which instruction set each of PyTorch's three CPU back ends (ATen,
-oneDNN, MKL) actually runs: the emulation of an older CPU that ``make test-notebooks CPU=avx2`` sets up is checked
-with it.
+Why an update and not a matrix product alone: at the book's widths (64 to 256) an update spends as much time in
+PyTorch's dispatch, element-wise kernels and the optimizer as in matmuls, so a machine with twice the matmul
+throughput but a slower core is not twice as fast here (an Intel Xeon with AVX-512 measured 1.4 times the AMD EPYC's
+matmul throughput per thread and trained the chapters' models no faster). :func:`matmul_gflops` is still printed:
+it is what the instruction set (AVX2 or AVX-512) changes most.
 
-The probe measures matmul only. A small model also spends time in Python and in element-wise kernels, which more
-cores and wider vectors speed up less, so the estimate errs toward optimism on a machine with many cores.
+:func:`update_milliseconds` is the probe (about a third of a second, kept per process:
+:func:`measured_update_milliseconds`); :func:`expected_seconds_here` does the scaling, and
+:func:`tutorial_lib.progress.announce` prints both times before a long cell starts. :data:`CHAPTER_SECONDS` holds each
+notebook's stored time on the reference, which chapter 00 scales for the reader. :func:`kernel_isas` reports which
+instruction set each of PyTorch's three CPU back ends (ATen, oneDNN, MKL) actually runs: the emulation of an older CPU
+that ``make test CPU_ISA=avx2`` sets up is checked with it. More threads speed the book's small models up less than
+they speed the probe, so with several cores the estimate errs toward optimism.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from tutorial_lib.validation import check_positive_int
 
 # The reference machine: where the stored times were measured, and its probe on one thread (the notebooks' count).
 REFERENCE_MACHINE = "the 2-core CI machine"
-REFERENCE_GFLOPS = 95.0  # matmul_gflops() with one thread there: AMD EPYC with AVX512-BF16 (see CHAPTER_SECONDS)
+REFERENCE_UPDATE_MS = 10.0  # update_milliseconds() with one thread there, a notebook beside it (see CHAPTER_SECONDS)
 
 # Each notebook's time on the reference (the sum of its cells under nbval with an empty model cache, one thread per
 # kernel, two notebooks side by side). The README's chapter table gives the same figures.
@@ -46,16 +50,14 @@ CHAPTER_SECONDS: dict[str, float] = {
 }
 
 PROBE_SIZE = 256  # square matrices of the width the book's models multiply (64 to 512)
-PROBE_SECONDS = 0.25  # how long the probe measures, after a warm-up
+PROBE_SECONDS = 0.3  # how long a probe measures, after a warm-up
 
-_measured: dict[int, float] = {}  # threads -> GFLOP/s, measured once per process
+_measured: dict[int, float] = {}  # threads -> milliseconds an update, measured once per process
 
 
 def matmul_gflops(threads: int | None = None, seconds: float = PROBE_SECONDS, size: int = PROBE_SIZE) -> float:
-    """float32 matmul throughput in GFLOP/s on ``threads`` threads (default: torch's current count).
-
-    Multiplies two ``size × size`` matrices for about ``seconds`` after a warm-up, in five rounds, and returns the
-    best round: the machine's speed, not what another process took from it at one moment."""
+    """float32 matmul throughput in GFLOP/s on ``threads`` threads (default: torch's current count): two ``size ×
+    size`` matrices multiplied for about ``seconds`` after a warm-up, the best of five rounds."""
     if threads is not None:
         check_positive_int("threads", threads)
     check_positive_int("size", size)
@@ -68,44 +70,79 @@ def matmul_gflops(threads: int | None = None, seconds: float = PROBE_SECONDS, si
         generator = torch.Generator().manual_seed(0)
         a = torch.randn(size, size, generator=generator)
         b = torch.randn(size, size, generator=generator)
-        for _ in range(3):  # warm-up: thread pool, caches, the kernel's first call
-            a @ b
-        best = float("inf")
-        calls = 1
-        for _ in range(5):
-            start = time.perf_counter()
-            for _ in range(calls):
-                a @ b
-            elapsed = time.perf_counter() - start
-            best = min(best, elapsed / calls)
-            calls = max(1, int(seconds / 5 / max(best, 1e-9)))  # later rounds fill their share of `seconds`
-        return 2 * size**3 / best / 1e9
+        return 2 * size**3 / _best_seconds(lambda: a @ b, seconds) / 1e9
     finally:
         torch.set_num_threads(previous)
 
 
-def measured_gflops() -> float:
-    """:func:`matmul_gflops` on torch's current thread count, measured once per process and thread count."""
+def _best_seconds(step, seconds: float) -> float:
+    """The fastest of five rounds of ``step`` calls filling about ``seconds``, after a warm-up, per call."""
+    for _ in range(3):  # warm-up: thread pool, caches, the kernel's first call
+        step()
+    best, calls = float("inf"), 1
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(calls):
+            step()
+        best = min(best, (time.perf_counter() - start) / calls)
+        calls = max(1, int(seconds / 5 / max(best, 1e-9)))  # later rounds fill their share of `seconds`
+    return best
+
+
+def update_milliseconds(threads: int | None = None, seconds: float = PROBE_SECONDS) -> float:
+    """Milliseconds of one training update of a small GPT (2 blocks of width 64, 16 windows of 32 characters; forward,
+    backward and AdamW) on ``threads`` threads (default: torch's current count): the best of five rounds filling about
+    ``seconds``, the machine's speed rather than what another process took from it at one moment."""
+    from tutorial_lib.models.gpt import GPT, GPTConfig  # here: the package's modules import this one
+
+    if threads is not None:
+        check_positive_int("threads", threads)
+    if not seconds > 0:
+        raise ValueError(f"seconds must be > 0, got {seconds!r}")
+    previous = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(d_vocab=65, n_ctx=32, d_model=64, n_heads=4, n_layers=2))
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        generator = torch.Generator().manual_seed(0)
+        tokens, targets = (torch.randint(65, (16, 32), generator=generator) for _ in range(2))
+
+        def update() -> None:
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(tokens).flatten(0, 1), targets.flatten()).backward()
+            optimizer.step()
+
+        return 1000 * _best_seconds(update, seconds)
+    finally:
+        torch.random.set_rng_state(state)  # a notebook's random numbers do not depend on whether it probed
+        torch.set_num_threads(previous)
+
+
+def measured_update_milliseconds() -> float:
+    """:func:`update_milliseconds` on torch's current thread count, measured once per process and thread count."""
     threads = torch.get_num_threads()
     if threads not in _measured:
-        _measured[threads] = matmul_gflops()
+        _measured[threads] = update_milliseconds()
     return _measured[threads]
 
 
-def speed_factor(gflops: float | None = None) -> float:
-    """How many times longer this machine takes than the reference: ``REFERENCE_GFLOPS / gflops`` (measured when
-    ``gflops`` is None). Above 1 on a slower machine."""
-    gflops = measured_gflops() if gflops is None else gflops
-    if not gflops > 0:
-        raise ValueError(f"gflops must be > 0, got {gflops!r}")
-    return REFERENCE_GFLOPS / gflops
+def speed_factor(update_ms: float | None = None) -> float:
+    """How many times longer this machine takes than the reference: ``update_ms / REFERENCE_UPDATE_MS`` (measured
+    when ``update_ms`` is None). Above 1 on a slower machine."""
+    update_ms = measured_update_milliseconds() if update_ms is None else update_ms
+    if not update_ms > 0:
+        raise ValueError(f"update_ms must be > 0, got {update_ms!r}")
+    return update_ms / REFERENCE_UPDATE_MS
 
 
-def expected_seconds_here(reference_seconds: float, gflops: float | None = None) -> float:
-    """``reference_seconds`` (a time measured on the reference machine) scaled to this machine's throughput."""
+def expected_seconds_here(reference_seconds: float, update_ms: float | None = None) -> float:
+    """``reference_seconds`` (a time measured on the reference machine) scaled to this machine's measured speed."""
     if not reference_seconds >= 0:
         raise ValueError(f"reference_seconds must be >= 0, got {reference_seconds!r}")
-    return reference_seconds * speed_factor(gflops)
+    return reference_seconds * speed_factor(update_ms)
 
 
 _ISA_PROBE = """
@@ -138,7 +175,7 @@ def kernel_isas() -> dict[str, str]:
 
 
 def describe_machine() -> str:
-    """One line: the CPU's model name, torch's thread count and the measured throughput."""
+    """One line: the CPU's model name, torch's thread count, the probe's update time and the matmul throughput."""
     model = "unknown CPU"
     try:
         with open("/proc/cpuinfo") as cpuinfo:
@@ -146,11 +183,13 @@ def describe_machine() -> str:
                 model = match.group(1).strip()
     except OSError:
         pass
-    return f"{model}, {torch.get_num_threads()} thread(s): {measured_gflops():.0f} GFLOP/s (float32 matmul)"
+    return (f"{model}, {torch.get_num_threads()} thread(s): an update of the probe's GPT in "
+            f"{measured_update_milliseconds():.1f} ms, float32 matmul at {matmul_gflops():.0f} GFLOP/s")
 
 
-if __name__ == "__main__":  # python -m tutorial_lib.machine_speed [THREADS]: the probe, for the README's tables
+if __name__ == "__main__":  # python -m tutorial_lib.machine_speed [THREADS]: the probes, for the README's tables
     n_threads = int(sys.argv[1]) if len(sys.argv) > 1 else None
     if n_threads:
         torch.set_num_threads(n_threads)
-    print(json.dumps({"machine": describe_machine(), "gflops": round(measured_gflops(), 1), "isas": kernel_isas()}))
+    print(json.dumps({"machine": describe_machine(), "update_ms": round(measured_update_milliseconds(), 2),
+                      "gflops": round(matmul_gflops(), 1), "isas": kernel_isas()}))
