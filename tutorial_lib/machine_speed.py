@@ -8,9 +8,9 @@ a small GPT on this machine, on the thread count the kernel uses, scales every s
     expected here = seconds on the reference × (an update's time here / an update's time on the reference).
 
 Why an update and not a matrix product alone: at the book's widths (64 to 256) an update spends as much time in
-PyTorch's dispatch, element-wise kernels and the optimizer as in matmuls, so a machine with twice the matmul
-throughput but a slower core is not twice as fast here (an Intel Xeon with AVX-512 measured 1.4 times the AMD EPYC's
-matmul throughput per thread and trained the chapters' models no faster). :func:`matmul_gflops` is still printed:
+PyTorch's dispatch, element-wise kernels and the optimizer as in matmuls, so a machine with more matmul throughput
+but a slower core is not faster here: an Intel Xeon whose matmul probe reads about 155 GFLOP/s a thread ran the
+notebooks 12% slower than an AMD EPYC measured at about 95 (190 on two threads). :func:`matmul_gflops` is still printed:
 it is what the instruction set (AVX2 or AVX-512) changes most.
 
 :func:`update_milliseconds` is the probe (about a third of a second, kept per process:
@@ -37,16 +37,16 @@ from tutorial_lib.validation import check_positive_int
 
 # The reference machine: where the stored times were measured, and its probe on one thread (the notebooks' count).
 REFERENCE_MACHINE = "the 2-core CI machine"
-REFERENCE_UPDATE_MS = 10.0  # update_milliseconds() with one thread there, a notebook beside it (see CHAPTER_SECONDS)
+REFERENCE_UPDATE_MS = 14.0  # update_milliseconds() with one thread there, the other core busy: an Intel Xeon, 2026-11-28
 
-# Each notebook's time on the reference (the sum of its cells under nbval with an empty model cache, one thread per
-# kernel, two notebooks side by side). The README's chapter table gives the same figures.
+# Each notebook's time on the reference (the sum of its cells under nbval in a fresh clone's `.ci/run`, the model cache
+# empty, one thread per kernel, two notebooks side by side; 2026-11-28). The README's chapter table gives the same.
 CHAPTER_SECONDS: dict[str, float] = {
-    "00_how_to_use": 2, "01_tokens": 13, "02_embeddings_and_positions": 23, "03_scaled_dot_product_attention": 8,
-    "04_multi_head_attention": 26, "05_feed_forward": 184, "06_residuals_and_normalization": 157,
-    "07_encoder_decoder_transformer": 296, "08_gpt": 12, "09_training_a_tiny_gpt": 124, "10_sampling": 15,
-    "11_what_if_we_remove_it": 213, "12_modern_variants": 304, "13_efficient_attention": 134,
-    "14_encoder_only_bert": 216, "15_data_parallel": 50,
+    "00_how_to_use": 5, "01_tokens": 13, "02_embeddings_and_positions": 24, "03_scaled_dot_product_attention": 9,
+    "04_multi_head_attention": 24, "05_feed_forward": 247, "06_residuals_and_normalization": 152,
+    "07_encoder_decoder_transformer": 392, "08_gpt": 15, "09_training_a_tiny_gpt": 143, "10_sampling": 17,
+    "11_what_if_we_remove_it": 164, "12_modern_variants": 307, "13_efficient_attention": 123,
+    "14_encoder_only_bert": 185, "15_data_parallel": 47,
 }
 
 PROBE_SIZE = 256  # square matrices of the width the book's models multiply (64 to 512)
