@@ -13,8 +13,9 @@ request to another origin is blocked and is a failure. On every page, at both wi
 - no element is wider than the viewport unless it sits in a scroll container (equations, code and wide tables
   scroll; the page does not), nothing is cut off where no scrolling reaches it (a tagged equation centred in a box
   narrower than itself), and every check verdict is wrapped, not scrolled;
-- at 390 px: the table of contents and the page's contents open from the buttons a reader sees, and a link in each
-  works (the page's contents jump to the section; the table of contents opens another page);
+- at 390 px, on a page of each kind (``PHONE_NAVIGATION_PAGES``): the table of contents and the page's contents open
+  from the buttons a reader sees, and a link in each works (the page's contents jump to the section; the table of
+  contents opens another page);
 - every live widget (``tutorial_lib/widgets/_live.py``) is driven: each button of its toggles clicked, its slider
   moved with the arrow keys on its focused handle (its handle on the screen at 390 px too), at least three states;
   after each move the picture shown changes and the label of the view shown names every control's value;
@@ -81,6 +82,10 @@ AXE_FAILING_IMPACTS = ("serious", "critical")
 AXE_CONTRAST = ("desktop",)
 # The chapter opened once more with the theme in dark mode (its figures and widgets must stay readable there).
 DARK_PAGE = "chapters/03_scaled_dot_product_attention"
+# The phone's navigation (the sidebars' buttons and a link in each) is the theme's, the same on every page: it is
+# driven on one page of each kind (the front page, a chapter, the paper's page, a solutions page), not on all 33. It was
+# a fifth of the suite's page-seconds when every page drove it (128 of 693 on 2026-11-28).
+PHONE_NAVIGATION_PAGES = ("intro", DARK_PAGE, "traceability", "solutions/15_data_parallel")
 
 
 # --- what the sources say the pages must show ---------------------------------------------------------------------
@@ -607,7 +612,7 @@ async def _audit_page(browser, base: str, page_name: str, width_name: str, block
         clock = report.timed("alt text and size", clock)
         await _drive_widgets(page, report, WIDTHS[width_name])
         clock = report.timed("widgets", clock)
-        if width_name == "phone":
+        if width_name == "phone" and page_name in PHONE_NAVIGATION_PAGES:
             await _phone_navigation(page, report, base)
             report.timed("phone navigation", clock)
     except Exception as error:  # noqa: BLE001 - a page that cannot be audited is a failure of that page
@@ -779,6 +784,10 @@ def test_search_finds_softmax_in_chapter_03(book):
 )
 def test_display_equations_are_counted_from_the_source(markdown, count):
     assert display_equations(markdown) == count
+
+
+def test_the_phone_navigation_pages_are_pages_of_the_book():
+    assert set(PHONE_NAVIGATION_PAGES) <= set(toc_pages())
 
 
 def test_every_page_of_the_toc_is_audited():

@@ -18,8 +18,8 @@ it is what the instruction set (AVX2 or AVX-512) changes most.
 :func:`tutorial_lib.progress.announce` prints both times before a long cell starts. :data:`CHAPTER_SECONDS` holds each
 notebook's stored time on the reference, which chapter 00 scales for the reader. :func:`kernel_isas` reports which
 instruction set each of PyTorch's three CPU back ends (ATen, oneDNN, MKL) actually runs: the emulation of an older CPU
-that ``make test CPU_ISA=avx2`` sets up is checked with it. More threads speed the book's small models up less than
-they speed the probe, so with several cores the estimate errs toward optimism.
+that ``make test CPU_ISA=avx2`` sets up is checked with it. The probe runs on as many threads as the
+kernel, as the chapters' training does.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 
@@ -55,24 +57,33 @@ PROBE_SECONDS = 0.3  # how long a probe measures, after a warm-up
 _measured: dict[int, float] = {}  # threads -> milliseconds an update, measured once per process
 
 
-def matmul_gflops(threads: int | None = None, seconds: float = PROBE_SECONDS, size: int = PROBE_SIZE) -> float:
-    """float32 matmul throughput in GFLOP/s on ``threads`` threads (default: torch's current count): two ``size ×
-    size`` matrices multiplied for about ``seconds`` after a warm-up, the best of five rounds."""
+@contextmanager
+def _probing(threads: int | None, seconds: float) -> Iterator[None]:
+    """Check a probe's arguments; run it on ``threads`` threads (default: torch's current count), then restore the
+    thread count and the global random state, so that a notebook does not depend on whether it probed."""
     if threads is not None:
         check_positive_int("threads", threads)
-    check_positive_int("size", size)
     if not seconds > 0:
         raise ValueError(f"seconds must be > 0, got {seconds!r}")
-    previous = torch.get_num_threads()
+    previous, state = torch.get_num_threads(), torch.random.get_rng_state()
     if threads is not None:
         torch.set_num_threads(threads)
     try:
+        yield
+    finally:
+        torch.random.set_rng_state(state)
+        torch.set_num_threads(previous)
+
+
+def matmul_gflops(threads: int | None = None, seconds: float = PROBE_SECONDS, size: int = PROBE_SIZE) -> float:
+    """float32 matmul throughput in GFLOP/s on ``threads`` threads (default: torch's current count): two ``size ×
+    size`` matrices multiplied for about ``seconds`` after a warm-up, the best of five rounds."""
+    check_positive_int("size", size)
+    with _probing(threads, seconds):
         generator = torch.Generator().manual_seed(0)
         a = torch.randn(size, size, generator=generator)
         b = torch.randn(size, size, generator=generator)
         return 2 * size**3 / _best_seconds(lambda: a @ b, seconds) / 1e9
-    finally:
-        torch.set_num_threads(previous)
 
 
 def _best_seconds(step, seconds: float) -> float:
@@ -95,15 +106,7 @@ def update_milliseconds(threads: int | None = None, seconds: float = PROBE_SECON
     ``seconds``, the machine's speed rather than what another process took from it at one moment."""
     from tutorial_lib.models.gpt import GPT, GPTConfig  # here: the package's modules import this one
 
-    if threads is not None:
-        check_positive_int("threads", threads)
-    if not seconds > 0:
-        raise ValueError(f"seconds must be > 0, got {seconds!r}")
-    previous = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    state = torch.random.get_rng_state()
-    try:
+    with _probing(threads, seconds):
         torch.manual_seed(0)
         model = GPT(GPTConfig(d_vocab=65, n_ctx=32, d_model=64, n_heads=4, n_layers=2))
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -116,9 +119,6 @@ def update_milliseconds(threads: int | None = None, seconds: float = PROBE_SECON
             optimizer.step()
 
         return 1000 * _best_seconds(update, seconds)
-    finally:
-        torch.random.set_rng_state(state)  # a notebook's random numbers do not depend on whether it probed
-        torch.set_num_threads(previous)
 
 
 def measured_update_milliseconds() -> float:
