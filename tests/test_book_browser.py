@@ -535,7 +535,7 @@ async def _phone_navigation(page, report: PageReport, base: str) -> None:
                 index = others[len(others) // 2]
                 await links.nth(index).click()
                 try:
-                    await page.wait_for_url(hrefs[index], timeout=10_000)
+                    await page.wait_for_url(hrefs[index], timeout=30_000)  # 10 s was too short on one shared slow core
                     arrived = True
                 except Exception:  # noqa: BLE001
                     arrived = False
