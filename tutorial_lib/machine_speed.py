@@ -39,7 +39,7 @@ from tutorial_lib.validation import check_positive_int
 
 # The reference machine: where the stored times were measured, and its probe on one thread (the notebooks' count).
 REFERENCE_MACHINE = "the 2-core CI machine"
-REFERENCE_UPDATE_MS = 14.0  # update_milliseconds() with one thread there, the other core busy: an Intel Xeon, 2026-11-28
+REFERENCE_UPDATE_MS = 14.0  # update_milliseconds(), one thread, the other core busy: an Intel Xeon, 2026-11-28
 
 # Each notebook's time on the reference (the sum of its cells under nbval in a fresh clone's `.ci/run`, the model cache
 # empty, one thread per kernel, two notebooks side by side; 2026-11-28). The README's chapter table gives the same.
@@ -105,17 +105,18 @@ def update_milliseconds(threads: int | None = None, seconds: float = PROBE_SECON
     backward and AdamW) on ``threads`` threads (default: torch's current count): the best of five rounds filling about
     ``seconds``, the machine's speed rather than what another process took from it at one moment."""
     from tutorial_lib.models.gpt import GPT, GPTConfig  # here: the package's modules import this one
+    from tutorial_lib.training import language_model_loss
 
     with _probing(threads, seconds):
         torch.manual_seed(0)
         model = GPT(GPTConfig(d_vocab=65, n_ctx=32, d_model=64, n_heads=4, n_layers=2))
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
         generator = torch.Generator().manual_seed(0)
-        tokens, targets = (torch.randint(65, (16, 32), generator=generator) for _ in range(2))
+        batch = tuple(torch.randint(65, (16, 32), generator=generator) for _ in range(2))
 
         def update() -> None:
             optimizer.zero_grad()
-            torch.nn.functional.cross_entropy(model(tokens).flatten(0, 1), targets.flatten()).backward()
+            language_model_loss(model, batch).backward()
             optimizer.step()
 
         return 1000 * _best_seconds(update, seconds)
@@ -174,8 +175,9 @@ def kernel_isas() -> dict[str, str]:
     return isas
 
 
-def describe_machine() -> str:
-    """One line: the CPU's model name, torch's thread count, the probe's update time and the matmul throughput."""
+def describe_machine(gflops: float | None = None) -> str:
+    """One line: the CPU's model name, torch's thread count, the probe's update time and the matmul throughput
+    (``gflops``, measured when None)."""
     model = "unknown CPU"
     try:
         with open("/proc/cpuinfo") as cpuinfo:
@@ -184,12 +186,13 @@ def describe_machine() -> str:
     except OSError:
         pass
     return (f"{model}, {torch.get_num_threads()} thread(s): an update of the probe's GPT in "
-            f"{measured_update_milliseconds():.1f} ms, float32 matmul at {matmul_gflops():.0f} GFLOP/s")
+            f"{measured_update_milliseconds():.1f} ms, float32 matmul at {gflops or matmul_gflops():.0f} GFLOP/s")
 
 
 if __name__ == "__main__":  # python -m tutorial_lib.machine_speed [THREADS]: the probes, for the README's tables
     n_threads = int(sys.argv[1]) if len(sys.argv) > 1 else None
     if n_threads:
         torch.set_num_threads(n_threads)
-    print(json.dumps({"machine": describe_machine(), "update_ms": round(measured_update_milliseconds(), 2),
-                      "gflops": round(matmul_gflops(), 1), "isas": kernel_isas()}))
+    throughput = matmul_gflops()
+    print(json.dumps({"machine": describe_machine(throughput), "update_ms": round(measured_update_milliseconds(), 2),
+                      "gflops": round(throughput, 1), "isas": kernel_isas()}))

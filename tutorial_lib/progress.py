@@ -2,7 +2,7 @@
 
 A cell that trains for more than a few seconds opens a :class:`Progress` before it starts. It shows one line: what
 runs, how long it takes on the CI machine (an estimate from measured seconds per update) and on this machine (the
-same, scaled by :mod:`tutorial_lib.machine_speed`'s probe of this machine's matmul speed), and, in Jupyter, the same
+same, scaled by :mod:`tutorial_lib.machine_speed`'s timing of one small update here), and, in Jupyter, the same
 line extended in place with the progress (update, loss, seconds) at most once a second. The time "here" differs
 from machine to machine; ``nbval_sanitize.cfg`` normalises it when a notebook's outputs are compared.
 
