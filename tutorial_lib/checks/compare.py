@@ -11,7 +11,7 @@ import math
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, no_type_check
 
 import torch
 
@@ -204,6 +204,7 @@ def same_but_non_finite(got: Any, finite_like: Any, non_finite_like: Any, tolera
     moved them to, such as a swapped output)."""
     leaves: list[tuple[torch.Tensor, torch.Tensor]] = []
 
+    @no_type_check  # defined on every call: the tests' jaxtyping hook would type-check it anew each time (see running.py)
     def collect(g: Any, a: Any) -> bool:
         if isinstance(g, torch.Tensor):
             if not (isinstance(a, torch.Tensor) and g.shape == a.shape and g.dtype == a.dtype and g.device == a.device):
