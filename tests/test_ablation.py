@@ -212,6 +212,20 @@ def test_the_tables_run_is_the_reference_model_with_two_blocks():
     assert 0 < ablation.TABLE_CI_SECONDS_PER_UPDATE < ablation.ABLATION_CI_SECONDS_PER_UPDATE
 
 
+def test_a_table_row_is_the_runner_at_the_tables_size(dataset, monkeypatch, without_annotation_checks):
+    calls = []
+    monkeypatch.setattr(ablation, "run_ablation", lambda change, **kwargs: calls.append((change, kwargs)) or "result")
+    with without_annotation_checks():  # the stand-in returns a string, not an AblationResult
+        assert ablation.run_table_row("gelu", seed=3, dataset=dataset) == "result"
+        assert ablation.run_table_row("no_ffn", steps=800) == "result"
+    assert calls == [
+        ("gelu", dict(seed=3, steps=ablation.TABLE_STEPS, dataset=dataset, model_cfg=ablation.TABLE_GPT_CONFIG,
+                      batch_size=ablation.TABLE_BATCH_SIZE, progress=False)),
+        ("no_ffn", dict(seed=0, steps=800, dataset=None, model_cfg=ablation.TABLE_GPT_CONFIG,
+                        batch_size=ablation.TABLE_BATCH_SIZE, progress=False)),
+    ]
+
+
 def test_the_gradient_probe_is_the_norm_of_each_blocks_gradient_and_clears_old_gradients():
     model = build_ablated_model("baseline").double()
     tokens, targets = TOKENS[:, :-1], TOKENS[:, 1:]

@@ -63,6 +63,9 @@ ABLATION_CI_SECONDS_PER_UPDATE = 0.03
 # Chapter 11's table: every row over 3 to 5 seeds, paired with the baseline's. At the reference run's size its forty
 # runs would take about twelve minutes on the CI machine; the table's run keeps the reference model's width, heads,
 # context and optimiser but has two blocks, 16 windows a batch and 400 updates (chapter 11 measures what each costs).
+# Chapters 05 (the FFN and its activations) and 13 (linear attention) compare at this size too, through
+# run_table_row: their baseline and no_ffn runs are the table's, trained once. Chapter 06 keeps the reference run,
+# whose four blocks its post-norm result needs (at two blocks post-norm trains; at four it stalls).
 TABLE_GPT_CONFIG = ABLATION_GPT_CONFIG.replace(n_layers=2)
 TABLE_BATCH_SIZE = 16
 TABLE_STEPS = 400
@@ -361,6 +364,14 @@ def run_ablation(
     saved = load_or_train(path, train_run, what=what, expected_seconds=expected) if cache else train_run()
     model.load_state_dict(saved["model"], strict=True)  # the weights read back (its own, when this call trained it)
     return AblationResult(model=model.eval(), **saved["result"])
+
+
+def run_table_row(change: str | Change = "baseline", *, seed: int = 0, steps: int = TABLE_STEPS,
+                  dataset: CharDataset | None = None, progress: bool = False) -> AblationResult:
+    """:func:`run_ablation` at the size of chapter 11's table (:data:`TABLE_GPT_CONFIG`, :data:`TABLE_BATCH_SIZE`,
+    ``steps`` updates, :data:`TABLE_STEPS` by default): the runs chapters 05, 11 and 13 share through the cache."""
+    return run_ablation(change, seed=seed, steps=steps, dataset=dataset, model_cfg=TABLE_GPT_CONFIG,
+                        batch_size=TABLE_BATCH_SIZE, progress=progress)
 
 
 # --- reading the results ----------------------------------------------------------------------------------------------
