@@ -63,9 +63,10 @@ ABLATION_CI_SECONDS_PER_UPDATE = 0.03
 # Chapter 11's table: every row over 3 to 5 seeds, paired with the baseline's. At the reference run's size its forty
 # runs would take about twelve minutes on the CI machine; the table's run keeps the reference model's width, heads,
 # context and optimiser but has two blocks, 16 windows a batch and 400 updates (chapter 11 measures what each costs).
-# Chapters 05 (the FFN and its activations) and 13 (linear attention) compare at this size too, through
-# run_table_row: their baseline and no_ffn runs are the table's, trained once. Chapter 06 keeps the reference run,
-# whose four blocks its post-norm result needs (at two blocks post-norm trains; at four it stalls).
+# Chapters 05 (the FFN and its activations), 06 (residuals and norms removed) and 13 (linear attention) compare at
+# this size too, through run_table_row: the rows they share with the table are its runs, trained once. Chapter 06's
+# warm-up comparison keeps the reference run, whose four blocks its post-norm result needs (at two blocks post-norm
+# trains; at four it stalls).
 TABLE_GPT_CONFIG = ABLATION_GPT_CONFIG.replace(n_layers=2)
 TABLE_BATCH_SIZE = 16
 TABLE_STEPS = 400
