@@ -102,7 +102,7 @@ execute: venv
 # NOTEBOOKS: what test-notebooks runs (folders or files), e.g. `make test-notebooks NOTEBOOKS="chapters/04_multi_head_attention.ipynb"`.
 # By default every notebook, the chapters that train first, longest first, and each chapter that trains a shared model
 # before the chapters that read it: chapter 09 trains the character GPT (and saves it where the recipe looks) before
-# 04, 06 and 10 load it, chapter 11 trains the table's runs that 05 and 13 read. The rest follow in the book's order.
+# 04, 06 and 10 load it, chapter 11 trains the table's runs that 05, 06 and 13 read. The rest follow in the book's order.
 TRAINING_CHAPTERS := $(addprefix chapters/,09_training_a_tiny_gpt.ipynb 07_encoder_decoder_transformer.ipynb \
 	12_modern_variants.ipynb 11_what_if_we_remove_it.ipynb 14_encoder_only_bert.ipynb \
 	06_residuals_and_normalization.ipynb 13_efficient_attention.ipynb 05_feed_forward.ipynb 15_data_parallel.ipynb \
