@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from tutorial_lib.checks import check, get_exercise
+from tutorial_lib.checks import Exercise, check, get_exercise
+from tutorial_lib.checks.tracing import Forbidden
 
 # The corpus is never copied into the repository: it sits in ../shared/data beside the checkout (as in the Makefile).
 os.environ.setdefault("TUTORIAL_LIB_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
@@ -45,6 +46,14 @@ def without_annotation_checks():
             jaxtyping.config.update("jaxtyping_disable", False)
 
     return unchecked
+
+
+@pytest.fixture
+def untraced(monkeypatch):
+    """Checks that do not trace what an answer calls: for tests of the verdict machinery whose answers are built from
+    the package's own implementation (a reference wrapped to return a wrong dtype, say). What the tracing refuses is
+    tested on its own (tests/test_call_tracing.py)."""
+    monkeypatch.setattr(Exercise, "traced", property(lambda self: Forbidden(())))
 
 
 @pytest.fixture

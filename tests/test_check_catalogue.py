@@ -98,6 +98,7 @@ def test_there_is_an_exercise_that_takes_a_generator():
 
 @pytest.mark.parametrize("replacement", [_from_the_global_generator, _from_a_fixed_seed], ids=["global", "fixed-seed"])
 @pytest.mark.parametrize("exercise", RANDOM, ids=_id)
+@pytest.mark.usefixtures("untraced")
 def test_an_answer_that_ignores_the_generator_is_told_so(exercise, replacement):
     result = check(exercise.id, _ignoring_the_generator(exercise.reference, replacement))
     assert result.kind == "randomness" and result.points == 0, result.verdict

@@ -244,6 +244,7 @@ REFERENCES = {
 
 
 @pytest.mark.parametrize("exercise", ALL_EXERCISES, ids=lambda exercise: exercise.id)
+@pytest.mark.usefixtures("untraced")
 def test_the_reference_passes(exercise, capsys):
     result = check(exercise.id, as_a_learner_wrote_it(exercise.reference))
     assert result.passed and result.kind == "passed"
@@ -263,13 +264,17 @@ def test_the_reference_itself_is_refused_as_the_librarys_code(exercise):
     assert "imported rather than written" in result.verdict
 
 
-def test_a_package_function_is_refused_and_a_learners_call_of_it_is_not():
+def test_a_package_function_is_refused_and_so_is_a_learners_call_of_it():
     result = check("03.causal_mask", causal_mask)
     assert result.summary == "tutorial_lib's own code, not yours: the answer is `causal_mask` from `tutorial_lib.attention`"
-    assert check("03.causal_mask", lambda seq_len: causal_mask(seq_len)).passed  # written by the learner, using it
+    called = check("03.causal_mask", lambda seq_len: causal_mask(seq_len))  # written by the learner, handing it over
+    assert (called.kind, called.points) == ("calls_the_work", 0)
+    assert called.summary == ("calls code that does the exercise's work: calls `causal_mask` from "
+                              "`tutorial_lib.attention`")
 
 
 @pytest.mark.parametrize("exercise_id", sorted(REFERENCES))
+@pytest.mark.usefixtures("untraced")
 def test_the_package_functions_pass_chapter_03(exercise_id):
     assert check(exercise_id, REFERENCES[exercise_id]).passed
 
@@ -325,6 +330,7 @@ def test_not_attempted_yet():
     assert result.verdict.startswith("03.attention: not attempted yet (0/2 points).")
 
 
+@pytest.mark.usefixtures("untraced")
 def test_an_exception_is_reported_with_the_line_that_raised_it():
     def four_axes_only(q, k, v, mask=None):
         d_k = q.shape[3]
@@ -337,6 +343,7 @@ def test_an_exception_is_reported_with_the_line_that_raised_it():
     assert f"raised IndexError: tuple index out of range (line {line} of your code: `d_k = q.shape[3]`)" in result.verdict
 
 
+@pytest.mark.usefixtures("untraced")
 def test_a_learner_raising_not_implemented_later_is_an_exception_not_a_stub():
     def no_masks(q, k, v, mask=None):
         if mask is not None:
@@ -356,6 +363,7 @@ def test_a_learner_raising_not_implemented_later_is_an_exception_not_a_stub():
         (lambda q, k, v, mask=None: tuple(t.float() for t in scaled_dot_product_attention(q, k, v, mask)), "has dtype torch.float32 but should have torch.float64"),
     ],
 )
+@pytest.mark.usefixtures("untraced")
 def test_wrong_type(answer, expected):
     result = check("03.attention", answer)
     assert result.kind == "wrong_type" and expected in result.verdict, result.verdict
@@ -371,6 +379,7 @@ def test_something_that_is_not_a_function():
     assert result.kind == "wrong_type" and "got a value of type int" in result.verdict
 
 
+@pytest.mark.usefixtures("untraced")
 def test_wrong_shape_says_expected_and_got():
     def extra_axis(q, k, v, mask=None):
         out, weights = scaled_dot_product_attention(q, k, v, mask)
@@ -381,6 +390,7 @@ def test_wrong_shape_says_expected_and_got():
     assert "weights has shape (1, 4, 4, 4) but should have (4, 4, 4)" in result.verdict
 
 
+@pytest.mark.usefixtures("untraced")
 def test_nan_without_a_known_mistake_gets_the_generic_hint():
     def nan_everywhere(q, k, v, mask=None):
         out, weights = scaled_dot_product_attention(q, k, v, mask)
@@ -392,6 +402,7 @@ def test_nan_without_a_known_mistake_gets_the_generic_hint():
     assert "got [nan, nan, nan, nan]. NaN comes from 0/0" in result.verdict
 
 
+@pytest.mark.usefixtures("untraced")
 def test_mutating_an_input_is_reported_with_its_name():
     def zeroes_v(q, k, v, mask=None):
         out, weights = scaled_dot_product_attention(q, k, v, mask)
@@ -403,6 +414,7 @@ def test_mutating_an_input_is_reported_with_its_name():
     assert "the call changed v" in result.verdict
 
 
+@pytest.mark.usefixtures("untraced")
 def test_wrong_values_without_a_known_mistake_get_the_hint():
     def off_by_one(q, k, v, mask=None):
         out, weights = scaled_dot_product_attention(q, k, v, mask)
@@ -657,6 +669,7 @@ def test_a_finite_value_where_minus_inf_belongs_is_described_as_such():
     assert "got [" in result.verdict and "-1e+09" in result.verdict and "3.4e+38" not in result.verdict
 
 
+@pytest.mark.usefixtures("untraced")
 def test_an_overflow_gets_its_hint():
     def attention(q, k, v, mask=None):
         out, weights = scaled_dot_product_attention(q, k, v, mask)

@@ -68,7 +68,7 @@ def indices_from_the_sampler_without_set_epoch(n_examples, rank, world_size, epo
 
 def test_rank_indices_answers_right_and_wrong():
     assert check("15.rank_indices", indices_with_a_loop).points == 1
-    assert check("15.rank_indices", indices_from_the_sampler_without_set_epoch).mistake == "same_order_every_epoch"
+    assert check("15.rank_indices", indices_from_the_sampler_without_set_epoch).kind == "calls_the_work"
     assert check("15.rank_indices", lambda *args: "0, 2, 4").points == 0
 
 

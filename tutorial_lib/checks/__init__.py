@@ -9,8 +9,12 @@ Adding chapter NN's exercises:
    a function building seeded :class:`Case` inputs, points, what a pass checks, a hint) with its :class:`Mistake`
    catalogue (at least four, each one or more wrong implementations written as a learner writes them) and its
    :class:`Mutant` list (at least two plausible wrong answers that are *not* in the catalogue); end with
-   ``register(...)``. A class exercise passes ``call=`` to say how a module is built and run; a ``call`` that must
-   examine the learner's output raises :class:`WrongOutput` when it cannot. A function that draws random numbers
+   ``register(...)``. List in ``forbidden`` what would do the exercise's work for the learner: the package's
+   implementation when the reference only wraps it, and torch's functions and modules that compute the same thing
+   (``F.layer_norm``, ``nn.LayerNorm``); not what the exercise lets the learner use (a sub-step that is another
+   exercise's answer, the modules a case hands over). An answer that calls one of them, or the reference, scores 0
+   (``tutorial_lib/checks/tracing.py``). A class exercise passes ``call=`` to say how a module is built and run; a
+   ``call`` that must examine the learner's output raises :class:`WrongOutput` when it cannot. A function that draws random numbers
    takes a ``generator`` and its cases pass one: the core checks that the answer draws from it alone.
 2. ``solutions/NN_slug.ipynb``: the header cells, then per exercise a function whose body holds the solution between
    ``# BEGIN SOLUTION`` and ``# END SOLUTION``, followed by a cell ``check("NN.name", function)``.

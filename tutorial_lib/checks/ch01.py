@@ -497,6 +497,7 @@ def _merged_string_back(word, merges):
 
 ENCODE_WORD = Exercise(
     id="01.encode_word",
+    forbidden=(reference.BPETokenizer,),
     reference=reference_encode_word,
     cases=_encode_cases,
     points=2,
@@ -593,6 +594,7 @@ def _ignore_errors(ids, vocab):
 
 DECODE = Exercise(
     id="01.decode",
+    forbidden=(reference.BPETokenizer, reference.CharTokenizer),
     reference=reference_decode,
     cases=_decode_cases,
     points=1,
@@ -728,6 +730,7 @@ def _as_merges(value):
 
 TRAIN_MERGES = Exercise(
     id="01.train_merges",
+    forbidden=(reference.train_bpe, reference.BPETokenizer),
     reference=reference_train_merges,
     cases=_train_cases,
     call=lambda train_merges, args: _as_merges(train_merges(*args)),

@@ -22,7 +22,13 @@ import torch
 
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
-from tutorial_lib.embeddings import check_sequence_fits, sinusoidal_positional_encoding
+from tutorial_lib.embeddings import (
+    LearnedPositionalEmbedding,
+    SinusoidalPositionalEncoding,
+    TokenEmbedding,
+    check_sequence_fits,
+    sinusoidal_positional_encoding,
+)
 
 # --- 02.sinusoidal ------------------------------------------------------------------------------------------------------
 
@@ -100,6 +106,7 @@ def _float64(n_ctx, d_model):
 
 SINUSOIDAL = Exercise(
     id="02.sinusoidal",
+    forbidden=(SinusoidalPositionalEncoding,),
     reference=sinusoidal_positional_encoding,
     cases=_sinusoidal_cases,
     points=2,
@@ -209,6 +216,7 @@ def _index_error(table, seq_len, offset):
 
 POSITION_ROWS = Exercise(
     id="02.position_rows",
+    forbidden=(LearnedPositionalEmbedding, SinusoidalPositionalEncoding),
     reference=reference_position_rows,
     cases=_rows_cases,
     points=1,
@@ -302,6 +310,7 @@ def _integer_square_root(tokens, weight):
 
 SCALED_EMBEDDING = Exercise(
     id="02.scaled_embedding",
+    forbidden=(TokenEmbedding,),
     reference=reference_scaled_embedding,
     cases=_embedding_cases,
     points=1,
@@ -412,6 +421,7 @@ def _scaled_by_d_model_both(tokens, weight, pe, offset):
 
 EMBED_INPUTS = Exercise(
     id="02.embed_inputs",
+    forbidden=(TokenEmbedding, LearnedPositionalEmbedding, SinusoidalPositionalEncoding, sinusoidal_positional_encoding),
     reference=reference_embed_inputs,
     cases=_inputs_cases,
     points=3,

@@ -14,10 +14,12 @@ from __future__ import annotations
 import math
 
 import torch
+from torch import nn
 
 from tutorial_lib import attention as reference
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
+from tutorial_lib.checks.tracing import ATTENTION_CALLEES
 
 # --- 03.attention ---------------------------------------------------------------------------------------------------
 
@@ -88,7 +90,11 @@ def _k_transpose(dim0: int, dim1: int):
 
 
 def _inverted_mask(q, k, v, mask=None):
-    return reference.scaled_dot_product_attention(q, k, v, None if mask is None else ~mask)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    return weights @ v, weights
 
 
 def _mask_after_softmax(q, k, v, mask=None):
@@ -132,7 +138,7 @@ def _scale_q_in_place(q, k, v, mask=None):
 
 
 def _swapped_outputs(q, k, v, mask=None):
-    out, weights = reference.scaled_dot_product_attention(q, k, v, mask)
+    out, weights = _inverted_mask(q, k, v, None if mask is None else ~mask)
     return weights, out
 
 
@@ -160,6 +166,7 @@ def _unmasked_weights_returned(q, k, v, mask=None):
 
 ATTENTION = Exercise(
     id="03.attention",
+    forbidden=(*ATTENTION_CALLEES,),
     gradients=True,  # trained in the book: a detached or no_grad path must not pass
     reference=reference.scaled_dot_product_attention,
     cases=_attention_cases,
@@ -263,6 +270,7 @@ def _with_batch_axis(seq_len):
 
 CAUSAL_MASK = Exercise(
     id="03.causal_mask",
+    forbidden=(reference.causal_mask, nn.Transformer.generate_square_subsequent_mask),
     reference=lambda seq_len: reference.causal_mask(seq_len),
     cases=_seq_len_cases,
     points=1,
@@ -419,6 +427,7 @@ def _window_as_float(seq_len, window):
 
 SLIDING_WINDOW_MASK = Exercise(
     id="03.sliding_window_mask",
+    forbidden=(reference.sliding_window_mask,),
     reference=lambda seq_len, window: reference.sliding_window_mask(seq_len, window),
     cases=_window_cases,
     points=1,

@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 from tutorial_lib.attention import scaled_dot_product_attention
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
@@ -244,6 +246,7 @@ def _with(*, scale=lambda d_model, d_head: math.sqrt(d_head), w_o=True, split=sp
 
 MULTI_HEAD_FORWARD = Exercise(
     id="04.multi_head_forward",
+    forbidden=(MultiHeadAttention, nn.MultiheadAttention, F.multi_head_attention_forward),
     gradients=True,  # trained in the book: a detached or no_grad path must not pass
     reference=reference_multi_head,
     cases=_forward_cases,

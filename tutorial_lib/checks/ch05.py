@@ -20,8 +20,11 @@ import math
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from tutorial_lib.blocks import TransformerBlock
+from tutorial_lib.feed_forward import FeedForward, SwiGLU
+from tutorial_lib.models.llama import llama_d_ff
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 
@@ -112,6 +115,7 @@ def _ffn_no_biases(x, w1, b1, w2, b2, activation="relu", dropout=0.0, training=F
 
 FEED_FORWARD = Exercise(
     id="05.feed_forward",
+    forbidden=(FeedForward,),
     gradients=True,  # trained in the book: a detached or no_grad path must not pass
     reference=reference_feed_forward,
     cases=_ffn_cases,
@@ -187,6 +191,7 @@ def _gelu_sigmoid(x):
 
 GELU_TANH = Exercise(
     id="05.gelu_tanh",
+    forbidden=(F.gelu, nn.GELU),
     reference=reference_gelu_tanh,
     cases=_gelu_cases,
     points=1,
@@ -256,6 +261,7 @@ def _swiglu_like(*, gate=F.silu, branch="gate", combine="product", order="inside
 
 SWIGLU = Exercise(
     id="05.swiglu",
+    forbidden=(SwiGLU,),
     gradients=True,  # trained in the book: a detached or no_grad path must not pass
     reference=reference_swiglu,
     cases=_swiglu_cases,
@@ -323,6 +329,7 @@ def _size_like(*, factor=lambda d: int(2 * (4 * d) / 3), rounding="up"):
 
 SWIGLU_HIDDEN_SIZE = Exercise(
     id="05.swiglu_hidden_size",
+    forbidden=(llama_d_ff,),
     reference=reference_swiglu_hidden_size,
     cases=_size_cases,
     points=1,
@@ -442,6 +449,7 @@ def _output_bias_dropped(x, w_in, b_in, w_out, b_out, kind):
 
 FFN = Exercise(
     id="05.ffn",
+    forbidden=(FeedForward, SwiGLU),
     reference=reference_ffn,
     cases=_ffn_kind_cases,
     points=3,

@@ -18,7 +18,8 @@ from torch import nn
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 from tutorial_lib.multi_head import MultiHeadAttention
-from tutorial_lib.normalization import LayerNorm
+from tutorial_lib.blocks import Residual, TransformerBlock
+from tutorial_lib.normalization import LayerNorm, RMSNorm
 
 # --- 06.layer_norm ------------------------------------------------------------------------------------------------------
 
@@ -74,6 +75,7 @@ def _layer_norm_weight_only(x, weight, bias, eps):
 
 LAYER_NORM = Exercise(
     id="06.layer_norm",
+    forbidden=(LayerNorm, F.layer_norm, torch.layer_norm, torch.native_layer_norm, nn.LayerNorm),
     gradients=True,  # trained in the book: a detached or no_grad path must not pass
     reference=reference_layer_norm,
     cases=lambda generator: _norm_cases(generator, with_bias=True),
@@ -149,6 +151,7 @@ def _rms_no_eps(x, weight, eps):
 
 RMS_NORM = Exercise(
     id="06.rms_norm",
+    forbidden=(RMSNorm, F.rms_norm, torch.rms_norm, nn.RMSNorm),
     gradients=True,  # trained in the book: a detached or no_grad path must not pass
     reference=reference_rms_norm,
     cases=lambda generator: _norm_cases(generator, with_bias=False),
@@ -239,6 +242,7 @@ def _branch_without_grad(x, norm, sublayer):
 
 PRE_NORM_RESIDUAL = Exercise(
     id="06.pre_norm_residual",
+    forbidden=(Residual, TransformerBlock),
     reference=reference_pre_norm_residual,
     cases=_residual_cases,
     points=1,
@@ -354,6 +358,7 @@ def _block_second_residual_from_input(x, attention, feed_forward, norm_1, norm_2
 
 PRE_NORM_BLOCK = Exercise(
     id="06.pre_norm_block",
+    forbidden=(TransformerBlock, nn.TransformerEncoderLayer),
     gradients=True,  # trained in the book: a detached or no_grad path must not pass
     reference=reference_pre_norm_block,
     cases=_block_cases,

@@ -23,9 +23,11 @@ from torch import nn
 
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
+from tutorial_lib.blocks import DecoderBlock, TransformerBlock
+from tutorial_lib.decoding import beam_search, beam_search_batch, greedy_decode, length_penalty
 from tutorial_lib.feed_forward import FeedForward
 from tutorial_lib.multi_head import MultiHeadAttention
-from tutorial_lib.training import noam_lr
+from tutorial_lib.training import label_smoothing_loss, noam_lr
 
 # --- the parts a learner's layer is built from ----------------------------------------------------------------------------
 
@@ -171,6 +173,7 @@ def _encoder_no_ffn_norm(x, src_mask, layer):
 
 ENCODER_LAYER = Exercise(
     id="07.encoder_layer",
+    forbidden=(nn.TransformerEncoderLayer, nn.TransformerEncoder, TransformerBlock),
     reference=reference_encoder_layer,
     cases=_encoder_cases,
     call=_seeded_call,
@@ -288,6 +291,7 @@ def _decoder_norm_inside_cross(x, memory, src_mask, layer):
 
 DECODER_LAYER = Exercise(
     id="07.decoder_layer",
+    forbidden=(nn.TransformerDecoderLayer, nn.TransformerDecoder, DecoderBlock),
     reference=reference_decoder_layer,
     cases=_decoder_cases,
     call=_seeded_call,
@@ -388,6 +392,7 @@ def _smoothing_none(logits, targets, smoothing, pad_id):
 
 LABEL_SMOOTHED_LOSS = Exercise(
     id="07.label_smoothed_loss",
+    forbidden=(label_smoothing_loss, F.cross_entropy, nn.CrossEntropyLoss),
     reference=reference_label_smoothed_loss,
     cases=_smoothing_cases,
     points=1,
@@ -514,6 +519,7 @@ def _beam_like(*, length_offset=0, normalise=True, form="gnmt", multiply=False):
 
 BEAM_SCORE = Exercise(
     id="07.beam_score",
+    forbidden=(length_penalty,),
     reference=reference_beam_score,
     cases=_beam_cases,
     points=1,
@@ -677,6 +683,7 @@ def _greedy_never_stops(model, src, src_mask, bos, eos, max_len):
 
 GREEDY_DECODE = Exercise(
     id="07.greedy_decode",
+    forbidden=(greedy_decode, beam_search, beam_search_batch),
     reference=reference_greedy_decode,
     cases=_decode_cases,
     points=3,

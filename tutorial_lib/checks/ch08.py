@@ -19,7 +19,7 @@ from torch import nn
 
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
-from tutorial_lib.counting import count_parameters
+from tutorial_lib.counting import count_parameters, parameters_by_module
 from tutorial_lib.embeddings import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, TokenEmbedding
 from tutorial_lib.models.gpt import GPT, GPTConfig, gpt2_init_
 from tutorial_lib.normalization import LayerNorm
@@ -130,6 +130,7 @@ def _first_dimensions(model):
 
 COUNT_PARAMETERS = Exercise(
     id="08.count_parameters",
+    forbidden=(parameters_by_module,),
     reference=count_parameters,
     cases=_count_cases,
     points=1,
@@ -429,6 +430,7 @@ def _norm_before_the_last_block(model, tokens):
 
 GPT_FORWARD = Exercise(
     id="08.gpt_forward",
+    forbidden=(GPT.forward,),
     reference=lambda model, tokens: model(tokens),
     cases=_forward_cases,
     points=2,

@@ -322,6 +322,7 @@ def _loss_without_grad(model, batch, loss_fn, optimizer, grad_clip=None):
 
 TRAIN_STEP = Exercise(
     id="09.train_step",
+    forbidden=(train,),
     reference=reference_train_step,
     cases=_step_cases,
     points=2,
@@ -437,12 +438,13 @@ def _stacked_on_dim_1(data, batch_size, n_ctx, generator):
 
 
 def _swapped(data, batch_size, n_ctx, generator):
-    x, y = get_batch(data, batch_size, n_ctx, generator)
+    x, y = _windows_by_slicing(_correct_starts)(data, batch_size, n_ctx, generator)
     return y, x
 
 
 GET_BATCH = Exercise(
     id="09.get_batch",
+    forbidden=(get_batch,),
     reference=lambda data, batch_size, n_ctx, generator: get_batch(data, batch_size, n_ctx, generator),
     cases=_batch_cases,
     points=1,

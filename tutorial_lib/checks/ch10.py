@@ -20,7 +20,7 @@ from tutorial_lib import sampling as reference
 from tutorial_lib.attention import causal_attention, scaled_dot_product_attention
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
-from tutorial_lib.kv_cache import LayerKVCache
+from tutorial_lib.kv_cache import KVCache, LayerKVCache
 from tutorial_lib.models.gpt import GPT, GPTConfig
 
 N_DRAWS = 20_000
@@ -118,6 +118,7 @@ def _softmax_over_the_batch(logits, temperature, generator):
 
 SAMPLE = Exercise(
     id="10.sample",
+    forbidden=(reference.sample_next_token, reference.generate),
     reference=_reference_sample,
     cases=_sample_cases,
     points=2,
@@ -453,6 +454,7 @@ def _cat_on_the_head_axis(q, k, v, past_k, past_v):
 
 KV_CACHE_ATTENTION = Exercise(
     id="10.kv_cache_attention",
+    forbidden=(LayerKVCache, KVCache),
     reference=_reference_cached_attention,
     cases=_kv_cases,
     points=2,
@@ -553,6 +555,7 @@ def _positions_after_the_blocks(model, tokens, cache):
 
 CACHED_FORWARD = Exercise(
     id="10.cached_forward",
+    forbidden=(GPT.forward,),
     reference=_reference_forward,
     cases=_forward_cases,
     points=1,
@@ -661,6 +664,7 @@ def _generate_greedy(model, prompt, max_new_tokens, temperature, top_p, generato
 
 GENERATE = Exercise(
     id="10.generate",
+    forbidden=(reference.generate,),
     reference=reference_generate,
     cases=_generate_cases,
     points=3,

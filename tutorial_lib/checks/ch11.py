@@ -193,6 +193,7 @@ def _zeros_kept_norm(model):
 
 REMOVE_ATTENTION = Exercise(
     id="11.remove_attention",
+    forbidden=(build_ablated_model,),
     reference=reference_remove_attention,
     cases=_surgery_cases,
     points=1,
@@ -313,6 +314,7 @@ def _probe_with_embedding(model, tokens, targets):
 
 BLOCK_GRADIENT_NORMS = Exercise(
     id="11.block_gradient_norms",
+    forbidden=(block_gradient_norms,),
     reference=reference_block_gradient_norms,
     cases=_probe_cases,
     points=2,
@@ -488,6 +490,7 @@ def _noise_fixed_confidence(baseline_losses, row_losses, confidence=0.95):
 
 WITHIN_NOISE = Exercise(
     id="11.within_noise",
+    forbidden=(within_noise,),
     reference=reference_within_noise,
     cases=_noise_cases,
     points=1,
@@ -635,6 +638,7 @@ def _build_like(*, replace=True, replace_for_build=True, seed_when="before", sur
 
 BUILD_ABLATED_MODEL = Exercise(
     id="11.build_ablated_model",
+    forbidden=(build_ablated_model,),
     reference=reference_build_ablated_model,
     cases=_build_cases,
     points=3,

@@ -34,9 +34,9 @@ import torch.nn.functional as F
 from tutorial_lib.attention import causal_mask
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
-from tutorial_lib.models.llama import repeat_kv
+from tutorial_lib.models.llama import LlamaBlock, repeat_kv
 from tutorial_lib.multi_head import merge_heads, split_heads
-from tutorial_lib.rope import apply_rope, rope_frequencies, rope_tables
+from tutorial_lib.rope import RotaryEmbedding, RotaryMultiHeadAttention, apply_rope, rope_frequencies, rope_tables
 
 # --- 12.rope_tables -----------------------------------------------------------------------------------------------------
 
@@ -86,6 +86,7 @@ def _tables_one_row_short(n_ctx, d_head, base=10000.0):
 
 ROPE_TABLES = Exercise(
     id="12.rope_tables",
+    forbidden=(rope_tables, RotaryEmbedding),
     reference=reference_rope_tables,
     cases=_tables_cases,
     points=1,
@@ -193,6 +194,7 @@ def _apply_cos_twice(x, cos, sin, offset=0):
 
 APPLY_ROPE = Exercise(
     id="12.apply_rope",
+    forbidden=(apply_rope, RotaryEmbedding, RotaryMultiHeadAttention),
     reference=reference_apply_rope,
     cases=_apply_cases,
     points=2,
@@ -329,6 +331,7 @@ def _block_gate_up_swapped(x, weights, n_heads, cos, sin, eps=1e-6):
 
 LLAMA_BLOCK = Exercise(
     id="12.llama_block",
+    forbidden=(LlamaBlock,),
     reference=reference_llama_block,
     cases=_block_cases,
     points=2,
@@ -435,6 +438,7 @@ def _repeat_first_head_only(x, n_rep):
 
 REPEAT_KV = Exercise(
     id="12.repeat_kv",
+    forbidden=(repeat_kv,),
     reference=reference_repeat_kv,
     cases=_repeat_cases,
     points=1,

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from tutorial_lib import efficient_attention as reference
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
+from tutorial_lib.checks.tracing import ATTENTION_CALLEES
 from tutorial_lib.widgets.attention_costs import LargestTensor
 
 # --- 13.online_softmax --------------------------------------------------------------------------------------------------
@@ -234,6 +235,7 @@ def _tile_normalised(q_blk, k_blk, v_blk, m, l, acc, q_start, k_start):
 
 TILE_UPDATE = Exercise(
     id="13.tile_update",
+    forbidden=(reference.tile_update,),
     reference=reference_tile_update,
     cases=_tile_cases,
     points=2,
@@ -362,6 +364,7 @@ def _band_without_self(q, k, v, window):
 
 BANDED_ATTENTION = Exercise(
     id="13.banded_attention",
+    forbidden=(reference.banded_attention, reference.sliding_window_attention),
     reference=lambda q, k, v, window: reference.banded_attention(q, k, v, window),
     cases=_banded_cases,
     points=2,
@@ -448,6 +451,7 @@ def _linear_like(*, causal=True, normalise=True, include_self=True, plus_one=Tru
 
 LINEAR_ATTENTION = Exercise(
     id="13.causal_linear_attention",
+    forbidden=(reference.linear_attention, reference.LinearMultiHeadAttention),
     reference=lambda q, k, v, eps=1e-6: reference.linear_attention(q, k, v, causal=True, eps=eps),
     cases=_linear_cases,
     points=2,
@@ -579,6 +583,7 @@ def _tile_backward_d_out_for_d_p(q_blk, k_blk, v_blk, out_blk, d_out_blk, lse_bl
 
 TILE_BACKWARD = Exercise(
     id="13.tile_backward",
+    forbidden=(reference.tile_backward, reference.flash_attention_backward, reference.FlashAttention),
     reference=reference_tile_backward,
     cases=_tile_backward_cases,
     points=2,
@@ -730,6 +735,7 @@ def _tiled_anticausal(q, k, v, block_size):
 
 TILED_ATTENTION = Exercise(
     id="13.tiled_attention",
+    forbidden=(*ATTENTION_CALLEES, reference.tiled_attention, reference.flash_attention, reference.flash_attention_forward, reference.FlashAttention),
     reference=reference_tiled_attention,
     cases=_tiled_cases,
     points=3,

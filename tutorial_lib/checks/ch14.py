@@ -29,8 +29,8 @@ from tutorial_lib.attention import padding_mask
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 from tutorial_lib.data.dialogue import nsp_pairs
-from tutorial_lib.models.bert import IGNORE_INDEX, BERTConfig, BERTForSequenceClassification, mask_tokens
-from tutorial_lib.recipes.bert import ClassificationBatch, classification_loss
+from tutorial_lib.models.bert import IGNORE_INDEX, BERTConfig, BERTForSequenceClassification, mask_tokens, pretraining_loss
+from tutorial_lib.recipes.bert import ClassificationBatch, bert_pretraining_loss, classification_loss, fine_tune
 
 # --- 14.mask_tokens -----------------------------------------------------------------------------------------------------
 
@@ -136,6 +136,7 @@ def _masks_in_place(tokens, mask_id, d_vocab, special_ids, generator, p=0.15):
 
 MASK_TOKENS = Exercise(
     id="14.mask_tokens",
+    forbidden=(mask_tokens,),
     reference=lambda tokens, mask_id, d_vocab, special_ids, generator, p=0.15: mask_tokens(
         tokens, mask_id, d_vocab, special_ids, generator, p),
     cases=_mask_cases,
@@ -276,6 +277,7 @@ def _max_over_positions(logits, targets, chosen):
 
 MLM_LOSS = Exercise(
     id="14.mlm_loss",
+    forbidden=(pretraining_loss, bert_pretraining_loss),
     reference=reference_mlm_loss,
     cases=_loss_cases,
     points=1,
@@ -596,6 +598,7 @@ def _first_row_only(model, batch, optimizer):
 
 FINE_TUNE_STEP = Exercise(
     id="14.fine_tune_step",
+    forbidden=(fine_tune,),
     reference=reference_fine_tune_step,
     cases=_step_cases,
     points=3,

@@ -28,7 +28,7 @@ from torch import nn
 from torch.utils.data import DistributedSampler
 
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register
-from tutorial_lib.distributed import accumulate_gradients
+from tutorial_lib.distributed import accumulate_gradients, average_gradients, ring_all_reduce_
 from tutorial_lib.models.gpt import GPT, GPTConfig
 from tutorial_lib.training import language_model_loss
 
@@ -93,6 +93,7 @@ def _ring_even_chunks_only(tensors):
 
 RING_ALL_REDUCE = Exercise(
     id="15.ring_all_reduce",
+    forbidden=(torch.distributed.all_reduce, ring_all_reduce_, average_gradients),
     reference=reference_ring_all_reduce,
     cases=_ring_cases,
     points=2,
@@ -194,6 +195,7 @@ def _indices_pad_with_last(n_examples, rank, world_size, epoch, seed):
 
 RANK_INDICES = Exercise(
     id="15.rank_indices",
+    forbidden=(DistributedSampler,),
     reference=reference_rank_indices,
     cases=_indices_cases,
     points=1,

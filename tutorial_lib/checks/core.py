@@ -26,7 +26,10 @@ Two environment variables connect checks to the outside world:
   carries that cell's secret, and the grader counts only lines with it.
 
 An answer that is ``tutorial_lib``'s own implementation (the exercise's reference, or any function or class of the
-package outside its checks) is refused with its own verdict: the exercise asks for the learner's code.
+package outside its checks) is refused with its own verdict: the exercise asks for the learner's code. So is an answer
+that *calls* the exercise's work while it runs (the reference, or a callee the exercise lists in ``forbidden``: the
+package's implementation, torch's fused function or module), directly or through any wrapper: the learner's calls are
+traced (:mod:`tutorial_lib.checks.tracing`).
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ from tutorial_lib.checks.running import (
     run_ours,
     with_gradients,
 )
+from tutorial_lib.checks.tracing import Forbidden
 
 STRICT_ENV = "TUTORIAL_LIB_STRICT_CHECKS"
 LOG_ENV = "TUTORIAL_LIB_CHECK_LOG"
@@ -187,6 +191,9 @@ class Exercise:
     # A component that is trained: once the values match, the gradients of a seeded upstream gradient with respect to
     # the inputs and the modules' parameters must match too (a detached branch keeps the values, not the training).
     gradients: bool = False
+    # What does the exercise's work for the learner (tutorial_lib.checks.tracing): the package's implementations and
+    # torch's functions and modules that an answer may not call (the reference too, when it is the package's own).
+    forbidden: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
         if not _EXERCISE_ID.match(self.id):
@@ -209,6 +216,16 @@ class Exercise:
 
     def run(self, obj: Any, args: tuple[Any, ...]) -> Any:
         return obj(*args) if self.call is None else self.call(obj, args)
+
+    @property
+    def traced(self) -> Forbidden:
+        """The callees an answer may not call, compiled once: the reference (the package's function, or the one the
+        checks write out) and ``forbidden``."""
+        kept = self.__dict__.get("_traced")
+        if kept is None or kept[0] != (self.reference, self.forbidden):
+            kept = ((self.reference, self.forbidden), Forbidden((self.reference, *self.forbidden)))
+            object.__setattr__(self, "_traced", kept)  # on the (frozen) exercise, as its outcomes are
+        return kept[1]
 
 
 _REGISTRY: dict[str, Exercise] = {}
@@ -296,6 +313,7 @@ KINDS = (
     "check_failed",
     "library_answer",
     "wrong_gradients",
+    "calls_the_work",
 )
 _HEADLINES = {
     "passed": "correct",
@@ -312,6 +330,7 @@ _HEADLINES = {
     "check_failed": "could not be checked",
     "library_answer": "tutorial_lib's own code, not yours",
     "wrong_gradients": "wrong gradients",
+    "calls_the_work": "calls code that does the exercise's work",
 }
 
 
@@ -589,6 +608,13 @@ def _library_origin(exercise: Exercise, obj: Any) -> str | None:
     return None
 
 
+def _called_verdict(callee: str) -> _Verdict:
+    return _Verdict("calls_the_work",
+                    f"Your answer calls {callee}, which does what this exercise asks you to build. Write that part "
+                    f"yourself: the tensor operations the chapter uses, and your own answers to earlier exercises, are "
+                    f"allowed.", f"calls {callee}")
+
+
 def _judge(exercise: Exercise, obj: Any, time_limit: float) -> _Verdict:
     origin = _library_origin(exercise, obj)
     if origin is not None:
@@ -605,7 +631,9 @@ def _judge(exercise: Exercise, obj: Any, time_limit: float) -> _Verdict:
     refused: list[bool] = []  # cases of bad input, which the reference refuses with an exception
     for index, case in enumerate(cases):
         got = run_learner(exercise.run, obj, case.args, calls_directly=exercise.call is None, time_limit=time_limit,
-                             wrapper=exercise.call)
+                          wrapper=exercise.call, forbidden=exercise.traced)
+        if got.called is not None:
+            return _called_verdict(got.called)
         if index == 0 and got.raised_by_learner and isinstance(got.error, NotImplementedError):
             return _Verdict(
                 "not_attempted",
@@ -626,7 +654,10 @@ def _judge(exercise: Exercise, obj: Any, time_limit: float) -> _Verdict:
         learner_grads = []
         for index, case in enumerate(cases):
             run = _gradient_run(exercise, case)
-            got = run_learner(run, obj, case.args, calls_directly=False, time_limit=time_limit, wrapper=exercise.call)
+            got = run_learner(run, obj, case.args, calls_directly=False, time_limit=time_limit, wrapper=exercise.call,
+                              forbidden=exercise.traced)
+            if got.called is not None:
+                return _called_verdict(got.called)
             if got.timed_out:
                 return _Verdict("too_slow", f"On {case.describe()}, differentiating the output did not finish within "
                                             f"{time_limit:g} s.", f"its gradient did not finish within {time_limit:g} s")

@@ -12,17 +12,17 @@ import functools
 import inspect
 import re
 import signal
-import sysconfig
 import threading
 import time
 import traceback
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, no_type_check
 
 import torch
+
+from tutorial_lib.checks.tracing import CallTrace, Forbidden, is_library_file
 
 
 class TimeLimitExceeded(BaseException):
@@ -41,6 +41,7 @@ class Outcome:
     raised_by_learner: bool = False
     returned: list[Any] | None = None
     global_rng_moved: bool = False
+    called: str | None = None  # a forbidden callee the learner's code called (tracing.CallTrace), described
 
 
 def fresh_copy(value: Any) -> Any:
@@ -129,39 +130,30 @@ def _recording(obj: Any, returned: list[Any]) -> Any:
     return recorded
 
 
-_LIBRARY_DIRS = tuple(
-    str(Path(path).resolve())
-    for path in (
-        Path(__file__).parent.parent,  # tutorial_lib itself
-        Path(torch.__file__).parent,
-        sysconfig.get_paths()["stdlib"],
-        sysconfig.get_paths()["purelib"],
-        sysconfig.get_paths()["platlib"],
-    )
-)
-
-
 def _learner_frames(error: BaseException, ours: Callable[..., Any] | None = None) -> list[traceback.FrameSummary]:
     """The frames of the traceback that run code outside the package, PyTorch and the standard library, and outside
     ``ours`` (the exercise's own wrapper, wherever it is defined)."""
     own = getattr(ours, "__code__", None)
     return [
         summary for (frame, _), summary in zip(traceback.walk_tb(error.__traceback__), traceback.extract_tb(error.__traceback__))
-        if frame.f_code is not own and not str(Path(summary.filename).resolve()).startswith(_LIBRARY_DIRS)
+        if frame.f_code is not own and not is_library_file(summary.filename)
     ]
 
 
 def _code_objects(obj: Any) -> set[Any]:
     """The code of the learner's function, or of every method its class defines (for answers that live in the
-    package itself, such as the catalogue's mistakes in the tests, whose frames are not outside the library)."""
+    package itself, such as the catalogue's mistakes in the tests, whose frames are not outside the library). A
+    decorated function's own code, not its decorator's: the tests' jaxtyping hook wraps every function of the package
+    in one shared wrapper, which is nobody's answer."""
     obj = getattr(obj, "func", obj)  # functools.partial
     obj = getattr(obj, "__func__", obj)  # bound method
     if inspect.isclass(obj):
         return {
-            member.__code__
+            inspect.unwrap(member).__code__
             for cls in obj.__mro__ if cls.__module__ not in {"builtins", "torch.nn.modules.module"}
             for member in vars(cls).values() if inspect.isfunction(member)
         }
+    obj = inspect.unwrap(obj) if callable(obj) else obj
     return {obj.__code__} if hasattr(obj, "__code__") else set()
 
 
@@ -189,8 +181,9 @@ def describe_error(error: BaseException, *, learner_line: bool = True) -> str:
 
 
 def run_learner(run: Callable[[Any, tuple[Any, ...]], Any], obj: Any, args: tuple[Any, ...], *, calls_directly: bool,
-                time_limit: float, wrapper: Callable[..., Any] | None = None) -> Outcome:
-    """Run the learner's ``obj`` through ``run(obj, args)`` on fresh copies of ``args``.
+                time_limit: float, wrapper: Callable[..., Any] | None = None, forbidden: Forbidden | None = None) -> Outcome:
+    """Run the learner's ``obj`` through ``run(obj, args)`` on fresh copies of ``args``; with ``forbidden``, traced:
+    ``called`` says which of those callees the learner's code called, if any.
 
     An exception is the learner's when the learner's function was called directly (``calls_directly``) or when a frame
     of the learner's code is on its traceback; otherwise the exercise's own ``wrapper`` failed on what the learner
@@ -199,10 +192,12 @@ def run_learner(run: Callable[[Any, tuple[Any, ...]], Any], obj: Any, args: tupl
     args = fresh_copy(args)
     returned: list[Any] = []
     outcome = Outcome(args_after=args, returned=returned)
+    trace = CallTrace(forbidden, _code_objects(obj)) if forbidden else None
     with torch.random.fork_rng(devices=[]):  # the notebook's global random state is restored afterwards
         before = torch.random.get_rng_state()
         try:
-            outcome.value = _call_with_time_limit(run, (_recording(obj, returned), args), time_limit)
+            outcome.value = _call_with_time_limit(run if trace is None else functools.partial(trace.run, run),
+                                                  (_recording(obj, returned), args), time_limit)
         except TimeLimitExceeded:
             outcome.timed_out = True
         except KeyboardInterrupt:
@@ -214,6 +209,7 @@ def run_learner(run: Callable[[Any, tuple[Any, ...]], Any], obj: Any, args: tupl
                 or _refused_its_arguments(error, obj)
             )
         outcome.global_rng_moved = not torch.equal(torch.random.get_rng_state(), before)
+    outcome.called = None if trace is None else trace.hit
     return outcome
 
 
