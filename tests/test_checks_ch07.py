@@ -166,6 +166,47 @@ def test_the_layer_references_are_pytorchs_layers_and_agree_with_the_package_blo
                                atol=1e-5, rtol=1e-4)
 
 
+def encoder_layer_with(dropout_at: str):
+    """A post-norm encoder layer with its dropout where ``dropout_at`` says: on each sublayer's output (right), after
+    the norm, or nowhere."""
+
+    def encoder_layer(x, src_mask, layer):
+        for sublayer, norm in ((lambda h: layer.self_attn(h, mask=src_mask), layer.norm1), (layer.ffn, layer.norm2)):
+            if dropout_at == "sublayer":
+                x = norm(x + layer.dropout(sublayer(x)))
+            elif dropout_at == "after the norm":
+                x = layer.dropout(norm(x + sublayer(x)))
+            else:
+                x = norm(x + sublayer(x))
+        return x
+
+    return encoder_layer
+
+
+def test_dropout_is_checked_in_training_mode():
+    assert check("07.encoder_layer", encoder_layer_with("sublayer")).passed
+    for wrong in ("after the norm", "nowhere"):
+        result = check("07.encoder_layer", encoder_layer_with(wrong))
+        assert result.points == 0 and "training mode: dropout on" in result.verdict, result.verdict
+
+
+def test_the_layers_gradients_reach_every_parameter_of_its_parts():
+    def detached_ffn(x, src_mask, layer):  # right values, but the FFN's parameters would never train
+        x = layer.norm1(x + layer.dropout(layer.self_attn(x, mask=src_mask)))
+        return layer.norm2(x + layer.dropout(layer.ffn(x).detach()))
+
+    result = check("07.encoder_layer", detached_ffn)
+    assert result.kind == "wrong_gradients" and "the output is right, but the gradient" in result.verdict, result.verdict
+
+    def frozen_final_norm(x, src_mask, layer):  # right values and input gradients; norm2's gain would never train
+        x = layer.norm1(x + layer.dropout(layer.self_attn(x, mask=src_mask)))
+        h = x + layer.dropout(layer.ffn(x))
+        return F.layer_norm(h, h.shape[-1:], layer.norm2.weight.detach(), layer.norm2.bias, layer.norm2.eps)
+
+    result = check("07.encoder_layer", frozen_final_norm)
+    assert result.kind == "wrong_gradients" and "gradient with respect to layer.norm2.weight" in result.verdict
+
+
 # --- the build exercise (greedy decoding) and the prediction -------------------------------------------------------------
 
 

@@ -172,6 +172,45 @@ def test_an_initialisation_that_assumes_every_linear_has_a_bias_shows_the_line()
     assert "of your code: `nn.init.zeros_(module.bias)`" in result.verdict
 
 
+def init_with(draw):
+    """A GPT-2 initialisation whose matrices come from ``draw(weight, std)`` (the right stds, biases and norms)."""
+
+    def gpt2_init_(model):
+        for module in model.modules():
+            if isinstance(module, nn.Linear):
+                draw(module.weight, 0.02)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding) or type(module).__name__.endswith("Embedding"):
+                draw(module.weight, 0.02)
+        for block in model.blocks:
+            for weight in (block.attn.out_proj.weight, block.ffn.down.weight):
+                draw(weight, 0.02 / math.sqrt(2 * model.cfg.n_layers))
+
+    return gpt2_init_
+
+
+def test_an_initialisation_is_checked_on_its_draws_not_only_their_rms():
+    def constant(weight, std):
+        nn.init.constant_(weight, std)
+
+    def uncentred(weight, std):  # |x| of a normal draw, rescaled to the same RMS: every entry positive
+        with torch.no_grad():
+            weight.copy_(torch.randn_like(weight).abs() * std)
+
+    shared = {}
+
+    def one_draw_for_every_block(weight, std):  # the same numbers in every matrix of a shape
+        with torch.no_grad():
+            weight.copy_(shared.setdefault((weight.shape, std), torch.randn_like(weight) * std))
+
+    assert check("08.gpt2_init", init_with(lambda weight, std: nn.init.normal_(weight, std=std))).passed
+    for draw, words in ((constant, "holds one value"), (uncentred, "centred on 0"),
+                        (one_draw_for_every_block, "are the same draw")):
+        result = check("08.gpt2_init", init_with(draw))
+        assert result.points == 0 and words in result.verdict, result.verdict
+
+
 def test_the_forward_check_sees_the_causal_mask_and_long_verdicts_stay_short():
     result = check("08.gpt_forward", forward_like(causal=False))
     assert "<a GPT with d_vocab=50, n_ctx=16, d_model=32, n_heads=4, n_layers=2, tied embeddings>" in result.verdict

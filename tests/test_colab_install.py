@@ -30,13 +30,17 @@ import colab_wheelhouse  # noqa: E402
 import notebook_header  # noqa: E402
 
 CHAPTER = ROOT / "chapters" / "03_scaled_dot_product_attention.ipynb"
-# One exercise check, on an answer that calls the package's function (the package's function itself is refused as
-# not the learner's own code; the chapter defines its copy in a build cell).
+# One exercise check, on an answer written out (one that calls the package's function is refused: the checks trace
+# what an answer calls).
 CHECK = (
-    "from tutorial_lib.attention import scaled_dot_product_attention as package_attention\n"
+    "import torch\n"
     "from tutorial_lib.checks import check\n"
     "def answer(q, k, v, mask=None):\n"
-    "    return package_attention(q, k, v, mask)\n"
+    "    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5\n"
+    "    if mask is not None:\n"
+    "        scores = scores.masked_fill(~mask, float('-inf'))\n"
+    "    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)\n"
+    "    return weights @ v, weights\n"
     'assert check("03.attention", answer).passed'
 )
 TORCH = "import json, torch; print(json.dumps([torch.__version__, torch.__file__]))"

@@ -310,6 +310,7 @@ def _integer_square_root(tokens, weight):
 
 SCALED_EMBEDDING = Exercise(
     id="02.scaled_embedding",
+    gradients=True,  # trained in the book: a detached or no_grad path must not pass
     forbidden=(TokenEmbedding,),
     reference=reference_scaled_embedding,
     cases=_embedding_cases,
@@ -421,6 +422,7 @@ def _scaled_by_d_model_both(tokens, weight, pe, offset):
 
 EMBED_INPUTS = Exercise(
     id="02.embed_inputs",
+    gradients=True,  # trained in the book: a detached or no_grad path must not pass
     forbidden=(TokenEmbedding, LearnedPositionalEmbedding, SinusoidalPositionalEncoding, sinusoidal_positional_encoding),
     reference=reference_embed_inputs,
     cases=_inputs_cases,

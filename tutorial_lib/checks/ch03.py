@@ -535,6 +535,7 @@ def _large_negative_fill(q, k, v, lengths):
 
 PADDED_CAUSAL_ATTENTION = Exercise(
     id="03.padded_causal_attention",
+    gradients=True,  # trained in the book: a detached or no_grad path must not pass
     reference=reference_padded_causal_attention,
     cases=_padded_cases,
     points=3,

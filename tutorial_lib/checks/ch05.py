@@ -191,6 +191,7 @@ def _gelu_sigmoid(x):
 
 GELU_TANH = Exercise(
     id="05.gelu_tanh",
+    gradients=True,  # trained in the book: a detached or no_grad path must not pass
     forbidden=(F.gelu, nn.GELU),
     reference=reference_gelu_tanh,
     cases=_gelu_cases,
@@ -449,6 +450,7 @@ def _output_bias_dropped(x, w_in, b_in, w_out, b_out, kind):
 
 FFN = Exercise(
     id="05.ffn",
+    gradients=True,  # trained in the book: a detached or no_grad path must not pass
     forbidden=(FeedForward, SwiGLU),
     reference=reference_ffn,
     cases=_ffn_kind_cases,

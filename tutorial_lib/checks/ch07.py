@@ -77,23 +77,43 @@ def _random_(module: nn.Module, generator: torch.Generator, dtype: torch.dtype) 
     return module.eval()
 
 
-def _parts(kind: str, d_model: int, n_heads: int, d_ff: int, generator: torch.Generator, dtype: torch.dtype):
+def _parts(kind: str, d_model: int, n_heads: int, d_ff: int, generator: torch.Generator, dtype: torch.dtype,
+           training: bool = False):
     attn = lambda: _random_(MultiHeadAttention(d_model, n_heads), generator, dtype)  # noqa: E731
     norm = lambda: _random_(nn.LayerNorm(d_model), generator, dtype)  # noqa: E731
     ffn = _random_(FeedForward(d_model, d_ff), generator, dtype)
-    dropout = nn.Dropout(0.1).eval()
+    dropout = nn.Dropout(0.1).train(training)
     if kind == "encoder":
         return EncoderLayerParts(attn(), ffn, norm(), norm(), dropout)
     return DecoderLayerParts(attn(), attn(), ffn, norm(), norm(), norm(), dropout)
 
 
-def _in_proj(ref: nn.MultiheadAttention, ours: MultiHeadAttention) -> None:
-    """PyTorch stacks W^Q, W^K, W^V into one ``in_proj_weight``."""
-    with torch.no_grad():
-        ref.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight]))
-        ref.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.k_proj.bias, ours.v_proj.bias]))
-        ref.out_proj.weight.copy_(ours.out_proj.weight)
-        ref.out_proj.bias.copy_(ours.out_proj.bias)
+def _torch_weights(layer: EncoderLayerParts | DecoderLayerParts) -> dict[str, torch.Tensor]:
+    """The layer's own parameters under the names of PyTorch's ``nn.TransformerEncoderLayer`` and
+    ``nn.TransformerDecoderLayer``, for ``torch.func.functional_call``: computed from them (PyTorch stacks W^Q, W^K,
+    W^V into one ``in_proj_weight``), so that gradients flow back to the layer's parameters."""
+    weights = {}
+    attentions = {"self_attn": layer.self_attn, "multihead_attn": getattr(layer, "cross_attn", None)}
+    for name, attn in attentions.items():
+        if attn is not None:
+            weights[f"{name}.in_proj_weight"] = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight])
+            weights[f"{name}.in_proj_bias"] = torch.cat([attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias])
+            weights[f"{name}.out_proj.weight"], weights[f"{name}.out_proj.bias"] = attn.out_proj.weight, attn.out_proj.bias
+    for ours, theirs in (("up", "linear1"), ("down", "linear2")):
+        weights[f"{theirs}.weight"], weights[f"{theirs}.bias"] = getattr(layer.ffn, ours).weight, getattr(layer.ffn, ours).bias
+    for i in (1, 2, 3):
+        norm = getattr(layer, f"norm{i}", None)
+        if norm is not None:
+            weights[f"norm{i}.weight"], weights[f"norm{i}.bias"] = norm.weight, norm.bias
+    return weights
+
+
+def _post_norm_sublayers(x: torch.Tensor, layer, sublayers) -> torch.Tensor:
+    """§5.4 in training mode: each sublayer's output dropped out, added to its input, normalised (``x = norm(x +
+    dropout(sublayer(x)))``), the dropout masks drawn in that order from the seeded global generator."""
+    for sublayer, norm in sublayers:
+        x = norm(x + layer.dropout(sublayer(x)))
+    return x
 
 
 def _padding(lengths: list[int], seq: int) -> torch.Tensor:
@@ -112,29 +132,29 @@ def _seeded_call(obj, args):
 
 
 def reference_encoder_layer(x, src_mask, layer):
-    """PyTorch's post-norm ``nn.TransformerEncoderLayer`` with the layer's weights copied in, in evaluation mode."""
+    """In evaluation mode, PyTorch's post-norm ``nn.TransformerEncoderLayer`` computing with the layer's parameters;
+    in training mode, §5.4's dropout on each sublayer's output (PyTorch's layer drops inside its FFN too)."""
+    if layer.dropout.training:
+        return _post_norm_sublayers(x, layer, [(lambda h: layer.self_attn(h, mask=src_mask), layer.norm1),
+                                               (layer.ffn, layer.norm2)])
     d_model, n_heads, d_ff = layer.self_attn.d_model, layer.self_attn.n_heads, layer.ffn.up.out_features
     ref = nn.TransformerEncoderLayer(d_model, n_heads, d_ff, dropout=layer.dropout.p, batch_first=True,
-                                     norm_first=False, dtype=x.dtype)
-    _in_proj(ref.self_attn, layer.self_attn)
-    ref.linear1.load_state_dict(layer.ffn.up.state_dict())
-    ref.linear2.load_state_dict(layer.ffn.down.state_dict())
-    ref.norm1.load_state_dict(layer.norm1.state_dict())
-    ref.norm2.load_state_dict(layer.norm2.state_dict())
+                                     norm_first=False, dtype=x.dtype).eval()
     with torch.enable_grad():  # PyTorch's inference fast path would zero the outputs at padded positions
-        return ref.eval()(x, src_key_padding_mask=~src_mask[:, 0, :]).detach()
+        return torch.func.functional_call(ref, _torch_weights(layer), (x,), {"src_key_padding_mask": ~src_mask[:, 0, :]})
 
 
 def _encoder_cases(generator: torch.Generator) -> list[Case]:
-    def case(batch, seq, d_model, n_heads, lengths, dtype=torch.float32, note=""):
+    def case(batch, seq, d_model, n_heads, lengths, dtype=torch.float32, note="", training=False):
         x = torch.randn(batch, seq, d_model, generator=generator, dtype=dtype)
         return Case.of(x=x, src_mask=_padding(lengths, seq), layer=_parts("encoder", d_model, n_heads, 2 * d_model,
-                                                                            generator, dtype), note=note)
+                                                                            generator, dtype, training), note=note)
 
     return [
         case(2, 6, 16, 4, [6, 3], note="the second source padded after 3 tokens"),
         case(3, 5, 8, 2, [5, 5, 1], note="a source of one token"),
         case(1, 4, 8, 2, [4], torch.float64, note="float64, no padding"),
+        case(2, 5, 8, 2, [5, 4], note="training mode: dropout on, from the same seed", training=True),
     ]
 
 
@@ -173,6 +193,7 @@ def _encoder_no_ffn_norm(x, src_mask, layer):
 
 ENCODER_LAYER = Exercise(
     id="07.encoder_layer",
+    gradients=True,  # trained in the book: a detached or no_grad path must not pass
     forbidden=(nn.TransformerEncoderLayer, nn.TransformerEncoder, TransformerBlock),
     reference=reference_encoder_layer,
     cases=_encoder_cases,
@@ -181,7 +202,8 @@ ENCODER_LAYER = Exercise(
     outputs=("the layer's output",),
     axes={"the layer's output": "d_model"},
     tolerance=(1e-4, 1e-5),
-    checked="against nn.TransformerEncoderLayer (post-norm, evaluation mode) holding the same weights, with padded sources",
+    checked=("against nn.TransformerEncoderLayer (post-norm, evaluation mode) computing with the same weights, with "
+             "padded sources, gradients included; and in training mode, dropout on each sublayer's output"),
     hint=(
         "two sublayers, each `x = norm(x + dropout(sublayer(x)))`: first `layer.self_attn(x, mask=src_mask)` with "
         "`layer.norm1`, then `layer.ffn(x)` with `layer.norm2`."
@@ -216,34 +238,34 @@ ENCODER_LAYER = Exercise(
 
 
 def reference_decoder_layer(x, memory, src_mask, layer):
-    """PyTorch's post-norm ``nn.TransformerDecoderLayer`` with the layer's weights copied in, in evaluation mode."""
+    """In evaluation mode, PyTorch's post-norm ``nn.TransformerDecoderLayer`` computing with the layer's parameters;
+    in training mode, §5.4's dropout on each sublayer's output (PyTorch's layer drops inside its FFN too)."""
+    if layer.dropout.training:
+        return _post_norm_sublayers(x, layer, [(lambda h: layer.self_attn(h, causal=True), layer.norm1),
+                                               (lambda h: layer.cross_attn(h, memory, mask=src_mask), layer.norm2),
+                                               (layer.ffn, layer.norm3)])
     d_model, n_heads, d_ff = layer.self_attn.d_model, layer.self_attn.n_heads, layer.ffn.up.out_features
     ref = nn.TransformerDecoderLayer(d_model, n_heads, d_ff, dropout=layer.dropout.p, batch_first=True,
-                                     norm_first=False, dtype=x.dtype)
-    _in_proj(ref.self_attn, layer.self_attn)
-    _in_proj(ref.multihead_attn, layer.cross_attn)
-    ref.linear1.load_state_dict(layer.ffn.up.state_dict())
-    ref.linear2.load_state_dict(layer.ffn.down.state_dict())
-    for i in (1, 2, 3):
-        getattr(ref, f"norm{i}").load_state_dict(getattr(layer, f"norm{i}").state_dict())
+                                     norm_first=False, dtype=x.dtype).eval()
     seq = x.shape[1]
     future = torch.ones(seq, seq, dtype=torch.bool).triu(1)  # PyTorch's boolean masks: True = may NOT attend
     with torch.enable_grad():
-        out = ref.eval()(x, memory, tgt_mask=future, tgt_is_causal=True, memory_key_padding_mask=~src_mask[:, 0, :])
-    return out.detach()
+        return torch.func.functional_call(ref, _torch_weights(layer), (x, memory), {
+            "tgt_mask": future, "tgt_is_causal": True, "memory_key_padding_mask": ~src_mask[:, 0, :]})
 
 
 def _decoder_cases(generator: torch.Generator) -> list[Case]:
-    def case(batch, tgt, src, d_model, n_heads, lengths, dtype=torch.float32, note=""):
+    def case(batch, tgt, src, d_model, n_heads, lengths, dtype=torch.float32, note="", training=False):
         x = torch.randn(batch, tgt, d_model, generator=generator, dtype=dtype)
         memory = torch.randn(batch, src, d_model, generator=generator, dtype=dtype)
         return Case.of(x=x, memory=memory, src_mask=_padding(lengths, src),
-                       layer=_parts("decoder", d_model, n_heads, 2 * d_model, generator, dtype), note=note)
+                       layer=_parts("decoder", d_model, n_heads, 2 * d_model, generator, dtype, training), note=note)
 
     return [
         case(2, 5, 7, 16, 4, [7, 3], note="5 target positions, 7 source positions, the second source padded"),
         case(3, 4, 4, 8, 2, [4, 2, 1], note="target and source of equal length"),
         case(1, 3, 6, 8, 2, [6], torch.float64, note="float64, no padding"),
+        case(2, 4, 5, 8, 2, [5, 3], note="training mode: dropout on, from the same seed", training=True),
     ]
 
 
@@ -291,6 +313,7 @@ def _decoder_norm_inside_cross(x, memory, src_mask, layer):
 
 DECODER_LAYER = Exercise(
     id="07.decoder_layer",
+    gradients=True,  # trained in the book: a detached or no_grad path must not pass
     forbidden=(nn.TransformerDecoderLayer, nn.TransformerDecoder, DecoderBlock),
     reference=reference_decoder_layer,
     cases=_decoder_cases,
@@ -299,7 +322,8 @@ DECODER_LAYER = Exercise(
     outputs=("the layer's output",),
     axes={"the layer's output": "d_model"},
     tolerance=(1e-4, 1e-5),
-    checked="against nn.TransformerDecoderLayer (post-norm, causal, evaluation mode) holding the same weights, with padded sources",
+    checked=("against nn.TransformerDecoderLayer (post-norm, causal, evaluation mode) computing with the same weights, "
+             "with padded sources, gradients included; and in training mode, dropout on each sublayer's output"),
     hint=(
         "three sublayers, each `x = norm(x + dropout(sublayer(x)))`: `layer.self_attn(x, causal=True)` with norm1, "
         "`layer.cross_attn(x, memory, mask=src_mask)` with norm2, then `layer.ffn(x)` with norm3."
@@ -392,6 +416,7 @@ def _smoothing_none(logits, targets, smoothing, pad_id):
 
 LABEL_SMOOTHED_LOSS = Exercise(
     id="07.label_smoothed_loss",
+    gradients=True,  # trained in the book: a detached or no_grad path must not pass
     forbidden=(label_smoothing_loss, F.cross_entropy, nn.CrossEntropyLoss),
     reference=reference_label_smoothed_loss,
     cases=_smoothing_cases,

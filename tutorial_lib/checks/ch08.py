@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
+from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 from tutorial_lib.counting import count_parameters, parameters_by_module
 from tutorial_lib.embeddings import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, TokenEmbedding
@@ -39,6 +39,25 @@ class _Model:
         with torch.random.fork_rng(devices=[]):  # the caller's random state is left as it was
             torch.manual_seed(self.seed)
             return self.make()
+
+    def fresh_copy(self) -> _Built:
+        """What each run of a check gets (checks.running.fresh_copy): the model, built once for that run, as a module
+        whose parameters the gradient comparison reaches."""
+        return _Built(self.description, self.build(), self.seed)
+
+    def __repr__(self) -> str:
+        return f"<{self.description}>"
+
+
+class _Built(nn.Module):
+    """One run's model: ``build()`` gives the same module every time within the run."""
+
+    def __init__(self, description: str, model: nn.Module, seed: int) -> None:
+        super().__init__()
+        self.description, self.model, self.seed = description, model, seed
+
+    def build(self) -> nn.Module:
+        return self.model
 
     def __repr__(self) -> str:
         return f"<{self.description}>"
@@ -238,7 +257,38 @@ def _init_call(obj, args):
         _pytorch_defaults_(model)
         torch.manual_seed(spec.seed + 1)
         obj(model)
+    _check_random_draws(model)
     return _init_summary(model)
+
+
+def _check_random_draws(model: GPT) -> None:
+    """Each weight matrix and embedding table must be a fresh draw centred on 0: not a constant (a fill of 0.02 has the
+    right RMS), not one draw copied into every block. With at least 2,048 entries a zero-mean draw's mean is within
+    0.1 of its std by more than 4 standard errors, and two independent draws correlate by less than 0.2 by 9."""
+    blocks = list(model.blocks)
+    matrices = {"the token embedding": model.embed.weight, "the position embedding": model.pos_embed.weight}
+    for i, block in enumerate(blocks):
+        for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            matrices[f"block {i}'s attn.{name}.weight"] = getattr(block.attn, name).weight
+        for name in ("up", "down"):
+            matrices[f"block {i}'s ffn.{name}.weight"] = getattr(block.ffn, name).weight
+    for where, weight in matrices.items():
+        w = weight.detach().double()
+        if w.std() <= 1e-3 * w.pow(2).mean().sqrt():
+            raise WrongOutput("wrong_values", f"{where} holds one value, {w.flatten()[0].item():.4g}, in every entry: "
+                                              f"the RMS may be right, but an initialisation draws each entry at random")
+        if w.mean().abs() > 0.1 * w.std():
+            raise WrongOutput("wrong_values", f"{where} has mean {w.mean().item():.3g} for std {w.std().item():.3g}: "
+                                              f"GPT-2's draws are centred on 0")
+    same_shape = {}
+    for where, weight in matrices.items():
+        for other, other_weight in same_shape.get(weight.shape, []):
+            pair = torch.stack([weight.detach().double().flatten(), other_weight.detach().double().flatten()])
+            if torch.corrcoef(pair)[0, 1].abs() > 0.2:
+                raise WrongOutput("wrong_values", f"{where} and {other} are the same draw (correlation "
+                                                  f"{torch.corrcoef(pair)[0, 1].item():.2f}): each matrix needs a draw "
+                                                  f"of its own")
+        same_shape.setdefault(weight.shape, []).append((where, weight))
 
 
 def _gpt2_init_like(*, residual_std=lambda n_layers: 0.02 / math.sqrt(2 * n_layers),
@@ -302,7 +352,8 @@ GPT2_INIT = Exercise(
     checked=(
         "tied and untied GPTs of 2, 4 and 6 layers, one without biases: N(0, 0.02) embeddings and weights, "
         "W^O and the FFN's second matrix at 0.02/√(2·n_layers), zero biases, unit norms (each measured as the RMS "
-        "of the parameter after your call, starting from PyTorch's default initialisation)"
+        "of the parameter after your call, starting from PyTorch's default initialisation), every matrix a draw of its "
+        "own, centred on 0"
     ),
     hint=(
         "every nn.Linear weight and both embedding tables ~ N(0, 0.02²), every bias zero; then redraw each block's "
@@ -379,9 +430,7 @@ def _forward_cases(generator: torch.Generator) -> list[Case]:
 
 
 def _forward_call(obj, args):
-    model, tokens = args[0].build(), args[1]
-    with torch.no_grad():
-        return obj(model, tokens)
+    return obj(args[0].build(), args[1])
 
 
 def _gpt_forward_like(*, scale=False, positions="before", causal=True, final_norm=True, output="logits"):
@@ -430,6 +479,7 @@ def _norm_before_the_last_block(model, tokens):
 
 GPT_FORWARD = Exercise(
     id="08.gpt_forward",
+    gradients=True,  # trained in the book: a detached or no_grad path must not pass
     forbidden=(GPT.forward,),
     reference=lambda model, tokens: model(tokens),
     cases=_forward_cases,

@@ -454,6 +454,7 @@ def _cat_on_the_head_axis(q, k, v, past_k, past_v):
 
 KV_CACHE_ATTENTION = Exercise(
     id="10.kv_cache_attention",
+    gradients=True,  # trained in the book: a detached or no_grad path must not pass
     forbidden=(LayerKVCache, KVCache),
     reference=_reference_cached_attention,
     cases=_kv_cases,

@@ -194,6 +194,7 @@ def _apply_cos_twice(x, cos, sin, offset=0):
 
 APPLY_ROPE = Exercise(
     id="12.apply_rope",
+    gradients=True,  # trained in the book: a detached or no_grad path must not pass
     forbidden=(apply_rope, RotaryEmbedding, RotaryMultiHeadAttention),
     reference=reference_apply_rope,
     cases=_apply_cases,
@@ -331,6 +332,7 @@ def _block_gate_up_swapped(x, weights, n_heads, cos, sin, eps=1e-6):
 
 LLAMA_BLOCK = Exercise(
     id="12.llama_block",
+    gradients=True,  # trained in the book: a detached or no_grad path must not pass
     forbidden=(LlamaBlock,),
     reference=reference_llama_block,
     cases=_block_cases,
@@ -438,6 +440,7 @@ def _repeat_first_head_only(x, n_rep):
 
 REPEAT_KV = Exercise(
     id="12.repeat_kv",
+    gradients=True,  # trained in the book: a detached or no_grad path must not pass
     forbidden=(repeat_kv,),
     reference=reference_repeat_kv,
     cases=_repeat_cases,

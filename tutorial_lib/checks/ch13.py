@@ -364,6 +364,7 @@ def _band_without_self(q, k, v, window):
 
 BANDED_ATTENTION = Exercise(
     id="13.banded_attention",
+    gradients=True,  # trained in the book: a detached or no_grad path must not pass
     forbidden=(reference.banded_attention, reference.sliding_window_attention),
     reference=lambda q, k, v, window: reference.banded_attention(q, k, v, window),
     cases=_banded_cases,
@@ -451,6 +452,7 @@ def _linear_like(*, causal=True, normalise=True, include_self=True, plus_one=Tru
 
 LINEAR_ATTENTION = Exercise(
     id="13.causal_linear_attention",
+    gradients=True,  # trained in the book: a detached or no_grad path must not pass
     forbidden=(reference.linear_attention, reference.LinearMultiHeadAttention),
     reference=lambda q, k, v, eps=1e-6: reference.linear_attention(q, k, v, causal=True, eps=eps),
     cases=_linear_cases,

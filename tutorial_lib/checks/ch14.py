@@ -277,6 +277,7 @@ def _max_over_positions(logits, targets, chosen):
 
 MLM_LOSS = Exercise(
     id="14.mlm_loss",
+    gradients=True,  # trained in the book: a detached or no_grad path must not pass
     forbidden=(pretraining_loss, bert_pretraining_loss),
     reference=reference_mlm_loss,
     cases=_loss_cases,

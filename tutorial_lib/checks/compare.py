@@ -167,6 +167,11 @@ def same(a: Any, b: Any, tolerance: tuple[float, float] | None) -> bool:
             and a.device == b.device
             and close(a, b, tolerance)
         )
+    if isinstance(a, torch.nn.Module) and isinstance(b, torch.nn.Module):
+        # Two runs' copies of a case's model: the same kind of model, parameter for parameter (what an answer did to
+        # the values is judged by the exercise's output, such as an initialisation's statistics).
+        return a is b or (type(a) is type(b) and [(name, p.shape) for name, p in a.state_dict().items()]
+                          == [(name, p.shape) for name, p in b.state_dict().items()])
     if isinstance(a, dict) or isinstance(b, dict):
         return (isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys()
                 and all(same(a[key], b[key], tolerance) for key in a))

@@ -8,6 +8,7 @@ over a ``generator`` expects its answer to draw from the generator alone.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import re
@@ -45,7 +46,10 @@ class Outcome:
 
 
 def fresh_copy(value: Any) -> Any:
-    """Tensors cloned, generators copied at their current state, containers rebuilt; anything else as it is."""
+    """Tensors cloned, generators copied at their current state, containers rebuilt, an object with a ``fresh_copy``
+    method asked for one (a model built anew for each run); anything else as it is."""
+    if callable(getattr(value, "fresh_copy", None)) and not isinstance(value, type):
+        return value.fresh_copy()
     if isinstance(value, torch.Tensor):
         return value.clone()
     if isinstance(value, torch.Generator):
@@ -224,10 +228,7 @@ def with_gradients(run: Callable[[Any, tuple[Any, ...]], Any], names: tuple[str,
     def gradients(obj: Any, args: tuple[Any, ...]) -> dict[str, torch.Tensor]:
         inputs: dict[str, torch.Tensor] = {}
         for name, arg in zip(names, args):
-            if isinstance(arg, torch.Tensor) and arg.is_floating_point():
-                inputs[name] = arg.requires_grad_(True)
-            elif isinstance(arg, torch.nn.Module):
-                inputs.update((f"{name}.{key}", p) for key, p in arg.named_parameters() if p.is_floating_point())
+            inputs.update(_differentiable(name, arg))
         with torch.enable_grad():
             value = run(obj, args)
             outputs = [t for t in _float_tensors(value) if t.requires_grad]
@@ -239,6 +240,19 @@ def with_gradients(run: Callable[[Any, tuple[Any, ...]], Any], names: tuple[str,
                 for (name, x), g in zip(inputs.items(), grads)}
 
     return gradients
+
+
+def _differentiable(name: str, arg: Any) -> dict[str, torch.Tensor]:
+    """The floating-point tensors of an argument, named for a verdict, set to require gradients: the argument itself,
+    a module's parameters (``layer.weight``), a dict's or a sequence's tensors (``weights.wq``, ``caches.0``)."""
+    if isinstance(arg, torch.Tensor):
+        return {name: arg.requires_grad_(True)} if arg.is_floating_point() else {}
+    if isinstance(arg, torch.nn.Module):
+        return {f"{name}.{key}": p for key, p in arg.named_parameters() if p.is_floating_point()}
+    if dataclasses.is_dataclass(arg) and not isinstance(arg, type):  # a container of parts (chapter 07's layers)
+        arg = {f.name: getattr(arg, f.name) for f in dataclasses.fields(arg)}
+    items = arg.items() if isinstance(arg, dict) else enumerate(arg) if isinstance(arg, (tuple, list)) else ()
+    return {key: tensor for item_name, item in items for key, tensor in _differentiable(f"{name}.{item_name}", item).items()}
 
 
 def _float_tensors(value: Any) -> list[torch.Tensor]:
