@@ -13,41 +13,71 @@ from tutorial_lib.checks import check
 # --- 15.ring_all_reduce -----------------------------------------------------------------------------------------------
 
 
-def ring_with_explicit_messages(tensors):
-    """Correct, written differently: each step builds a dict of messages {receiver: (chunk index, data)}."""
-    n = len(tensors)
-    chunks = [[c.clone() for c in t.tensor_split(n)] for t in tensors]
+def ring_with_phases(rank, world_size, tensor, send, recv):
+    """Correct, written differently: one loop over both phases, chunk indices from a table."""
+    n = world_size
+    chunks = [chunk.clone() for chunk in tensor.tensor_split(n)]
     for phase in ("reduce", "gather"):
         for step in range(n - 1):
-            index_of = (lambda r: (r - step) % n) if phase == "reduce" else (lambda r: (r + 1 - step) % n)
-            messages = {(r + 1) % n: (index_of(r), chunks[r][index_of(r)].clone()) for r in range(n)}
-            for receiver, (index, data) in messages.items():
-                chunks[receiver][index] = chunks[receiver][index] + data if phase == "reduce" else data
-    return [torch.cat(c) / n for c in chunks]
+            out = (rank - step) % n if phase == "reduce" else (rank + 1 - step) % n
+            send((rank + 1) % n, chunks[out])
+            into = (out - 1) % n
+            data = recv((rank - 1) % n)
+            chunks[into] = chunks[into] + data if phase == "reduce" else data
+    return torch.cat(chunks) / n
 
 
-def ring_to_rank_zero(tensors):
-    """Not a ring at all (everything to rank 0, then broadcast), but the values are right: the check grades values."""
-    total = tensors[0].clone()
-    for t in tensors[1:]:
-        total += t
-    return [total / len(tensors) for _ in tensors]
+def mean_through_rank_zero(rank, world_size, tensor, send, recv):
+    """Right values, no ring: every rank sends its whole tensor to rank 0, which sends the mean back."""
+    if rank != 0:
+        send(0, tensor)
+        return recv(0)
+    mean = (tensor + sum(recv(other) for other in range(1, world_size))) / world_size
+    for other in range(1, world_size):
+        send(other, mean)
+    return mean
 
 
-def ring_only_reduce_scatter(tensors):
-    n = len(tensors)
-    chunks = [list(t.clone().tensor_split(n)) for t in tensors]
+def ring_only_reduce_scatter(rank, world_size, tensor, send, recv):
+    n = world_size
+    chunks = list(tensor.tensor_split(n))
     for step in range(n - 1):
-        sent = [chunks[r][(r - step) % n].clone() for r in range(n)]
-        for r in range(n):
-            chunks[r][(r - step - 1) % n] = chunks[r][(r - step - 1) % n] + sent[(r - 1) % n]
-    return [torch.cat(c) / n for c in chunks]
+        send((rank + 1) % n, chunks[(rank - step) % n])
+        chunks[(rank - step - 1) % n] = chunks[(rank - step - 1) % n] + recv((rank - 1) % n)
+    return torch.cat(chunks) / n
+
+
+def waits_before_sending(rank, world_size, tensor, send, recv):
+    received = recv((rank - 1) % world_size)  # every rank waits for its left neighbour, who waits too
+    send((rank + 1) % world_size, tensor)
+    return received
 
 
 def test_ring_answers_right_and_wrong():
-    assert check("15.ring_all_reduce", ring_with_explicit_messages).points == 2
-    assert check("15.ring_all_reduce", ring_to_rank_zero).points == 2
+    assert check("15.ring_all_reduce", ring_with_phases).points == 2
     assert check("15.ring_all_reduce", ring_only_reduce_scatter).mistake == "no_all_gather"
+
+
+def ring_with_a_note_to_itself(rank, world_size, tensor, send, recv):
+    """Right values, but each rank also sends a chunk to itself (and reads it back) before the ring starts."""
+    send(rank, tensor.tensor_split(world_size)[0])
+    recv(rank)
+    return ring_with_phases(rank, world_size, tensor, send, recv)
+
+
+def test_the_ring_is_checked_on_its_messages_not_only_its_result():
+    result = check("15.ring_all_reduce", mean_through_rank_zero)
+    assert result.points == 0 and "the ring sends one chunk of tensor_split(2) at a time" in result.verdict
+    result = check("15.ring_all_reduce", ring_with_a_note_to_itself)
+    assert result.points == 0 and "rank 0 sent a message to rank 0: in a ring each rank sends to its right" in result.verdict
+    result = check("15.ring_all_reduce", ring_only_reduce_scatter)
+    assert "a ring all-reduce sends 2(n - 1) = 2 per rank" in result.verdict, result.verdict
+
+
+def test_a_deadlock_is_named_with_the_line_that_waited():
+    result = check("15.ring_all_reduce", waits_before_sending)
+    assert result.kind == "raised" and "never sent (a deadlock" in result.verdict, result.verdict
+    assert "of your code: `received = recv((rank - 1) % world_size)" in result.verdict
 
 
 # --- 15.rank_indices ----------------------------------------------------------------------------------------------------
@@ -114,7 +144,7 @@ def test_accumulation_answers_right_and_wrong():
 
 
 def test_an_exercise_not_attempted_scores_zero_without_a_mistake():
-    def ring_all_reduce(tensors):
+    def ring_all_reduce(rank, world_size, tensor, send, recv):
         raise NotImplementedError("write your solution here")
 
     result = check("15.ring_all_reduce", ring_all_reduce)

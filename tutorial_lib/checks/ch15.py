@@ -1,10 +1,12 @@
 """Chapter 15's exercises: a ring all-reduce, the indices a ``DistributedSampler`` gives each rank, and gradient
 accumulation under DDP's ``no_sync``.
 
-- ``15.ring_all_reduce`` simulates ``N`` ranks in one process: ``tensors[r]`` is rank ``r``'s gradient and the answer
-  returns what every rank holds after the ring's reduce-scatter and all-gather, the mean of all the tensors. The cases
-  have 2, 3 and 4 ranks and lengths that no rank count divides: averaging at every hop, or sending the wrong chunk,
-  only shows with more than 2 ranks.
+- ``15.ring_all_reduce`` is one rank's program, run for ``N`` simulated ranks at once (:func:`simulate_ranks`, a
+  thread each): it sees its own tensor only and reaches the others through ``send(to_rank, tensor)`` and
+  ``recv(from_rank)``, and returns what it holds after the ring's reduce-scatter and all-gather, the mean of all the
+  tensors. The check looks at the messages as well as the result: 2(N - 1) per rank, each one chunk, each to the right
+  neighbour. The cases have 2, 3 and 4 ranks and lengths that no rank count divides: averaging at every hop, or sending
+  the wrong chunk, only shows with more than 2 ranks.
 - ``15.rank_indices`` is PyTorch's own ``DistributedSampler`` (shuffle on, ``drop_last`` off) after ``set_epoch``:
   one permutation drawn from ``seed + epoch``, padded with its first indices to a multiple of ``world_size``, and every
   ``world_size``-th index from position ``rank``. The reference *is* the sampler, code nobody here wrote.
@@ -22,6 +24,12 @@ from __future__ import annotations
 import contextlib
 import math
 import numbers
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -35,10 +43,146 @@ from tutorial_lib.training import language_model_loss
 # --- 15.ring_all_reduce -------------------------------------------------------------------------------------------------
 
 
-def reference_ring_all_reduce(tensors):
-    """What every rank holds after an all-reduce that averages: the mean of all the ranks' tensors, on each rank."""
-    mean = torch.stack(list(tensors)).mean(dim=0)
-    return [mean.clone() for _ in tensors]
+RECV_TIMEOUT = 1.0  # seconds a rank waits for a message before the check calls it a deadlock (a rank computes
+# for microseconds between two messages)
+
+
+@dataclass
+class _Network:
+    """``n`` simulated ranks joined by point-to-point channels: ``send(to_rank, tensor)`` (non-blocking, as
+    ``dist.isend``; the tensor is copied when sent) and ``recv(from_rank)`` (blocking, as ``dist.recv``). Every message
+    is logged by its sender, in the order that rank sent them."""
+
+    n: int
+    channels: dict[tuple[int, int], queue.Queue] = field(default_factory=dict)
+    sent: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # rank -> [(to_rank, numbers sent)]
+
+    def __post_init__(self) -> None:
+        self.channels = {(a, b): queue.Queue() for a in range(self.n) for b in range(self.n)}
+        self.sent = {rank: [] for rank in range(self.n)}
+
+    def _rank(self, name: str, value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value < self.n:
+            raise ValueError(f"{name} must be a rank from 0 to {self.n - 1}, got {value!r}")
+        return int(value)
+
+    def endpoints(self, rank: int) -> tuple[Callable[[int, torch.Tensor], None], Callable[[int], torch.Tensor]]:
+        def send(to_rank: int, tensor: torch.Tensor) -> None:
+            to_rank = self._rank("to_rank", to_rank)
+            if not isinstance(tensor, torch.Tensor):
+                raise TypeError(f"send takes a tensor, got {type(tensor).__name__}")
+            self.sent[rank].append((to_rank, tensor.numel()))
+            self.channels[rank, to_rank].put(tensor.detach().clone())
+
+        def recv(from_rank: int) -> torch.Tensor:
+            from_rank = self._rank("from_rank", from_rank)
+            try:
+                return self.channels[from_rank, rank].get(timeout=RECV_TIMEOUT)
+            except queue.Empty:
+                raise RuntimeError(f"rank {rank} waited {RECV_TIMEOUT:g} s for a message from rank {from_rank} that was "
+                                   f"never sent (a deadlock: does every rank send before it receives?)") from None
+
+        return send, recv
+
+
+def simulate_ranks(program: Callable[..., Any], tensors: Sequence[torch.Tensor]) -> tuple[list[Any], _Network]:
+    """Run ``program(rank, world_size, tensor, send, recv)`` for every rank at once, each in its own thread with a
+    copy of its own tensor only; the ranks' return values and the network (its log of messages) come back. The
+    exception that came first is raised here (a rank that crashed leaves its neighbour waiting: the crash is the cause)."""
+    n = len(tensors)
+    network = _Network(n)
+    results: list[Any] = [None] * n
+    errors: list[tuple[float, BaseException]] = []
+
+    def run(rank: int) -> None:
+        try:
+            results[rank] = program(rank, n, tensors[rank].clone(), *network.endpoints(rank))
+        except BaseException as error:  # handed to the caller below
+            errors.append((time.monotonic(), error))
+
+    threads = [threading.Thread(target=run, args=(rank,), daemon=True) for rank in range(n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise min(errors, key=lambda pair: pair[0])[1]
+    return results, network
+
+
+def _check_ring_messages(network: _Network, length: int) -> None:
+    """The messages of a ring all-reduce: each to the right neighbour, each one chunk of ``tensor_split(n)``, and
+    2(n - 1) per rank (n - 1 in the reduce-scatter, n - 1 in the all-gather), so that each rank sends about
+    2(n - 1)/n of its tensor whatever n is."""
+    n = network.n
+    sizes = sorted({chunk.numel() for chunk in torch.empty(length).tensor_split(n)})
+    for rank, messages in network.sent.items():
+        for to_rank, numel in messages:
+            if to_rank != (rank + 1) % n:
+                raise WrongOutput("wrong_values", f"rank {rank} sent a message to rank {to_rank}: in a ring each rank "
+                                                  f"sends to its right neighbour, rank {(rank + 1) % n}, only")
+            if numel not in sizes:
+                raise WrongOutput("wrong_values", f"rank {rank} sent {numel} numbers in one message: the ring sends "
+                                                  f"one chunk of tensor_split({n}) at a time "
+                                                  f"({' or '.join(map(str, sizes))} numbers here)")
+        if len(messages) != 2 * (n - 1):
+            raise WrongOutput("wrong_values", f"rank {rank} sent {len(messages)} message(s): a ring all-reduce sends "
+                                              f"2(n - 1) = {2 * (n - 1)} per rank, n - 1 in the reduce-scatter and "
+                                              f"n - 1 in the all-gather")
+
+
+def _ring_call(obj, args):
+    tensors = args[0]
+    results, network = simulate_ranks(obj, tensors)
+    _check_ring_messages(network, tensors[0].numel())
+    return results
+
+
+def _ring_like(*, divide=True, gather=True, reduce_steps=lambda n: n - 1, hop_average=False, send_offset=-1):
+    """A learner's rank program; each keyword reproduces one way of getting it wrong."""
+
+    def ring_all_reduce(rank, world_size, tensor, send, recv):
+        n = world_size
+        chunks = list(tensor.tensor_split(n))
+        right, left = (rank + 1) % n, (rank - 1) % n
+        for step in range(reduce_steps(n)):
+            send(right, chunks[(rank + send_offset * step) % n])
+            index = (rank - step - 1) % n
+            received = recv(left)
+            chunks[index] = (chunks[index] + received) / 2 if hop_average else chunks[index] + received
+        if gather:
+            for step in range(n - 1):
+                send(right, chunks[(rank + 1 - step) % n])
+                chunks[(rank - step) % n] = recv(left)
+        return torch.cat(chunks) / n if divide and not hop_average else torch.cat(chunks)
+
+    return ring_all_reduce
+
+
+reference_ring_all_reduce = _ring_like()
+reference_ring_all_reduce.__doc__ = "Rank ``rank``'s part of a ring all-reduce that averages (the recipe of the exercise)."
+
+
+def _ring_with_left_neighbour(rank, world_size, tensor, send, recv):
+    send((rank + 1) % world_size, tensor)  # the whole tensor, once: the mean of two ranks, not of all
+    return (tensor + recv((rank - 1) % world_size)) / 2
+
+
+def _ring_even_chunks_only(rank, world_size, tensor, send, recv):
+    size = len(tensor) // world_size  # the remainder is dropped
+    return _ring_like()(rank, world_size, tensor[: size * world_size], send, recv)
+
+
+def _ring_gather_adds(rank, world_size, tensor, send, recv):
+    n = world_size
+    chunks = list(tensor.tensor_split(n))
+    for step in range(n - 1):
+        send((rank + 1) % n, chunks[(rank - step) % n])
+        chunks[(rank - step - 1) % n] = chunks[(rank - step - 1) % n] + recv((rank - 1) % n)
+    for step in range(n - 1):  # adds the complete sums again instead of copying them
+        send((rank + 1) % n, chunks[(rank + 1 - step) % n])
+        chunks[(rank - step) % n] = chunks[(rank - step) % n] + recv((rank - 1) % n)
+    return torch.cat(chunks) / n
 
 
 def _ring_cases(generator: torch.Generator) -> list[Case]:
@@ -53,57 +197,20 @@ def _ring_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
-def _ring_like(*, divide=True, gather=True, reduce_steps=lambda n: n - 1, hop_average=False, send_offset=-1,
-               gather_from_right=False):
-    """A learner's simulated ring; each keyword reproduces one way of getting it wrong."""
-
-    def ring_all_reduce(tensors):
-        n = len(tensors)
-        chunks = [list(t.clone().tensor_split(n)) for t in tensors]
-        for step in range(reduce_steps(n)):
-            sent = [chunks[r][(r + send_offset * step) % n].clone() for r in range(n)]  # all ranks send at once
-            for r in range(n):
-                target = (r - step - 1) % n
-                if hop_average:
-                    chunks[r][target] = (chunks[r][target] + sent[(r - 1) % n]) / 2
-                else:
-                    chunks[r][target] = chunks[r][target] + sent[(r - 1) % n]
-        if gather:
-            for step in range(n - 1):
-                sent = [chunks[r][(r + 1 - step) % n].clone() for r in range(n)]
-                for r in range(n):
-                    source = (r + 1) % n if gather_from_right else (r - 1) % n
-                    chunks[r][(r - step) % n] = sent[source]
-        return [torch.cat(c) / n if divide and not hop_average else torch.cat(c) for c in chunks]
-
-    return ring_all_reduce
-
-
-def _ring_first_two_ranks(tensors):
-    mean = (tensors[0] + tensors[1]) / 2
-    return [mean.clone() for _ in tensors]
-
-
-def _ring_even_chunks_only(tensors):
-    n = len(tensors)
-    size = len(tensors[0]) // n  # the remainder is dropped
-    stacked = torch.stack([t[: size * n] for t in tensors])
-    return [stacked.mean(dim=0) for _ in tensors]
-
-
 RING_ALL_REDUCE = Exercise(
     id="15.ring_all_reduce",
     forbidden=(torch.distributed.all_reduce, ring_all_reduce_, average_gradients),
     reference=reference_ring_all_reduce,
     cases=_ring_cases,
     points=2,
+    call=_ring_call,
     outputs=("the tensors of the ranks",),
-    checked="2, 3 and 4 ranks, tensors of 6 to 12 numbers (float64) that the number of ranks does not always divide",
+    checked=("2, 3 and 4 ranks, tensors of 6 to 12 numbers (float64) that the number of ranks does not always divide: "
+             "every rank ends with the mean, having sent 2(n - 1) messages, each one chunk, to its right neighbour"),
     hint=(
-        "cut every rank's tensor into n chunks (`tensor_split(n)`); reduce-scatter: for step 0 to n - 2, every rank r "
-        "sends chunk (r - step) % n and rank r + 1 adds it into its own chunk (r - step) % n, i.e. rank r adds what "
-        "its left neighbour sent into chunk (r - step - 1) % n; all-gather: for step 0 to n - 2, rank r sends chunk "
-        "(r + 1 - step) % n and rank r + 1 replaces its copy; finally divide every rank's tensor by n."
+        "each rank cuts its own tensor into n chunks; n - 1 reduce-scatter steps, in which it sends a chunk to the right "
+        "and adds what comes from the left into another; n - 1 all-gather steps, in which it sends a complete chunk to "
+        "the right and replaces its copy with what comes from the left; then it divides by n."
     ),
     mistakes=(
         Mistake("summed_not_averaged", "returned the sum of the ranks' tensors instead of their mean",
@@ -113,20 +220,18 @@ RING_ALL_REDUCE = Exercise(
                 "After n - 1 reduce-scatter steps rank r has the full sum of chunk (r + 1) % n only: n - 1 more steps "
                 "must pass the complete chunks around the ring (copying, not adding).", (_ring_like(gather=False),)),
         Mistake("one_step_short", "ran the reduce-scatter for n - 2 steps instead of n - 1",
-                "A chunk must visit every rank: it needs n - 1 hops, `for step in range(n - 1)`.",
-                (_ring_like(reduce_steps=lambda n: n - 2),)),
+                "A chunk must visit every rank: it needs n - 1 hops.", (_ring_like(reduce_steps=lambda n: n - 2),)),
         Mistake("averaged_at_every_hop", "averaged the received chunk with your own at every hop instead of adding",
                 "(a + b) / 2, then ((a + b) / 2 + c) / 2 weights the ranks unequally as soon as there are more than "
                 "two: add along the ring, and divide once, by n, at the end.", (_ring_like(hop_average=True),)),
         Mistake("sent_the_wrong_chunk", "sent chunk (r + step) instead of chunk (r - step) in the reduce-scatter",
-                "Each step passes along the partial sum you just completed: rank r sends chunk (r - step) % n, the one "
-                "it added into at the previous step. With 2 ranks both are the same, which hides the mistake.",
-                (_ring_like(send_offset=1),)),
+                "Each step passes along the partial sum you just completed: the chunk you added into at the previous "
+                "step. With 2 ranks both are the same, which hides the mistake.", (_ring_like(send_offset=1),)),
     ),
     mutants=(
-        Mutant("first_two_ranks", "averages ranks 0 and 1 only", _ring_first_two_ranks),
+        Mutant("left_neighbour_only", "averages with its left neighbour's whole tensor", _ring_with_left_neighbour),
         Mutant("even_chunks_only", "drops the numbers that do not fill n equal chunks", _ring_even_chunks_only),
-        Mutant("gather_from_right", "takes the all-gather's chunks from the right neighbour", _ring_like(gather_from_right=True)),
+        Mutant("gather_adds", "adds the complete chunks again in the all-gather", _ring_gather_adds),
     ),
 )
 

@@ -18,6 +18,7 @@ import functools
 import inspect
 import sys
 import sysconfig
+import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import CodeType, FrameType
@@ -70,12 +71,15 @@ def describe_callee(obj: Any) -> str:
         prefix = "F." if module in {"torch._C._nn", "torch.nn.functional"} else "torch."
         return f"torch's `{prefix}{name}`"
     name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or type(obj).__qualname__
+    if "<locals>" in name:  # a function a factory made: its own name
+        name = obj.__name__
     if module.startswith("torch.nn.modules"):
         return f"torch's `nn.{name}`"
     if module == "torch.nn.functional":
         return f"torch's `F.{name}`"
     if module.startswith("torch"):
-        return f"torch's `{module.removesuffix('.distributed_c10d').removesuffix('.distributed')}.{name}`"
+        public = {"torch.distributed.distributed_c10d": "torch.distributed", "torch.utils.data.distributed": "torch.utils.data"}
+        return f"torch's `{public.get(module, module)}.{name}`"
     return f"`{name}` from `{module}`"
 
 
@@ -141,15 +145,17 @@ class CallTrace:
                 self.hit = label
 
     def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)`` under the trace, in the calling thread (a profile hook is per thread). This call's frame and
-        older ones never count: the notebook cell that called ``check`` is not the answer."""
+        """``fn(*args)`` under the trace, in the calling thread and the threads it starts. This call's frame and older
+        ones never count: the notebook cell that called ``check`` is not the answer."""
         self._entry = sys._getframe()  # this very frame, even when a decorator wraps the method
-        previous = sys.getprofile()
+        previous, previous_for_threads = sys.getprofile(), threading.getprofile()
         sys.setprofile(self._profile)
+        threading.setprofile(self._profile)  # and in the threads it starts (chapter 15's simulated ranks)
         try:
             return fn(*args)
         finally:
             sys.setprofile(previous)
+            threading.setprofile(previous_for_threads)
             self._entry = None
 
 
