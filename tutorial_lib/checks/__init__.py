@@ -6,7 +6,7 @@ The machinery is in :mod:`tutorial_lib.checks.core`; each chapter's exercises an
 Adding chapter NN's exercises:
 
 1. ``tutorial_lib/checks/chNN.py``: declare each :class:`Exercise` (id ``"NN.name"``, the package's reference,
-   a function building seeded :class:`Case` inputs, points, what a pass checks, a hint) with its :class:`Mistake`
+   a function building seeded :class:`Case` inputs, points, what a pass checks) with its :class:`Mistake`
    catalogue (at least four, each one or more wrong implementations written as a learner writes them) and its
    :class:`Mutant` list (at least two plausible wrong answers that are *not* in the catalogue); end with
    ``register(...)``. List in ``forbidden`` what would do the exercise's work for the learner: the package's

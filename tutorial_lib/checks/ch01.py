@@ -147,10 +147,6 @@ COUNT_PAIRS = Exercise(
         "the hug/pug/pun/bun/hugs table, overlapping pairs (aaa), a table after two merges, a one-symbol word, and the "
         "three merges of 'aaabdaaabac' (as your counts decide them)"
     ),
-    hint=(
-        "for each word and its count, walk the adjacent pairs `zip(word, word[1:])` and add the word's count to each "
-        "pair's total; overlapping pairs count every time (aaa holds (a, a) twice)."
-    ),
     mistakes=(
         Mistake("ignored_word_counts", "counted each word once instead of weighting it by its count",
                 "A word that occurs 10 times contributes its pairs 10 times: add `count`, not 1.", (_unweighted,)),
@@ -245,10 +241,6 @@ BEST_PAIR = Exercise(
         "the hug table, a tie of two pairs inserted in both orders, ties decided by the first and by the second symbol, "
         "a single pair, "
         "and two tied pairs that both make abc: the most frequent pair, ties broken by the smallest pair in sort order"
-    ),
-    hint=(
-        "sort key (-count, pair): the highest count first, and among equal counts the pair that sorts first: "
-        "`min(pair_counts.items(), key=lambda item: (-item[1], item[0]))[0]`."
     ),
     mistakes=(
         Mistake("tie_by_dict_order", "broke ties by the order of the dict, so the result depends on the input's order",
@@ -370,10 +362,6 @@ MERGE = Exercise(
     checked=(
         "a merge in hugs, overlapping occurrences (aaa, aaaa), the merges of aaabdaaabac, a match that straddles two "
         "symbols, and a list without the pair"
-    ),
-    hint=(
-        "walk the list with an index i: when symbols[i], symbols[i + 1] is the pair, append the new symbol and move "
-        "on by 2, else append symbols[i] and move on by 1; build a new list, never edit the argument."
     ),
     mistakes=(
         Mistake("overlaps_merged_twice", "merged overlapping occurrences twice",
@@ -506,10 +494,6 @@ ENCODE_WORD = Exercise(
         "hugs, words where the most frequent or leftmost pair is not the one learned first, two merges in a row, "
         "the two UTF-8 bytes of é and a merge of one of them with the next character, and a word no merge applies to"
     ),
-    hint=(
-        "start from the word's single bytes `[bytes([b]) for b in word]`; while some adjacent pair is a learned "
-        "merge, merge (everywhere) the one with the lowest rank, its index in `merges`; stop when none is."
-    ),
     mistakes=(
         Mistake("most_frequent_in_word", "merged the pair most frequent in the word instead of the merge learned first",
                 "Encoding replays training's order: the pair with the lowest rank (index in merges) goes first, "
@@ -602,10 +586,6 @@ DECODE = Exercise(
     checked=(
         "ASCII, accented letters in one token or in two, an emoji as four single bytes, an emoji cut after three of its "
         "four bytes (U+FFFD), CJK characters, and spaces and line breaks at both ends, compared as exact strings"
-    ),
-    hint=(
-        "join the bytes of every token first, `b''.join(vocab[i] for i in ids)`, then decode once with "
-        "`.decode('utf-8', errors='replace')`."
     ),
     mistakes=(
         Mistake("token_by_token", "decoded each token on its own, so a character split over two tokens breaks",
@@ -741,10 +721,6 @@ TRAIN_MERGES = Exercise(
         "out of pairs before n_merges, and a tie whose pairs were first seen in the other order: the "
         "same merges as tutorial_lib's train_bpe, in the same order"
     ),
-    hint=(
-        "each round: count the pairs of the words as they are now (weighted by the counts), pick the best pair, "
-        "record it, and apply it to every word before the next round; stop early when no pair is left."
-    ),
     mistakes=(
         Mistake("counted_once", "counted the pairs once, before the first merge, and took the most frequent ones",
                 "Merges build on merges: after u + g, the word hugs holds (h, ug), a pair the first count never saw. "
@@ -812,7 +788,6 @@ PREDICT_LENGTH = predict_number(
         wrong_prediction("far_too_long", 300, "more tokens than the text has characters"),
         wrong_prediction("far_too_short", 20, "fewer tokens than words in the text, yet no misconception"),
     ],
-    hint="Each merge replaces every occurrence of its pair by one token: it saves as many tokens as its count.",
 )
 
 register(COUNT_PAIRS, BEST_PAIR, MERGE, ENCODE_WORD, DECODE, TRAIN_MERGES, PREDICT_LENGTH)

@@ -117,11 +117,6 @@ SINUSOIDAL = Exercise(
         "tables of 6 × 8, 50 × 16, 4 × 7 (an odd d_model) and 1 × 2, float32: sines in the even columns, cosines in "
         "the odd ones, angle pos / 10000^(2i / d_model)"
     ),
-    hint=(
-        "column 2i holds sin(pos / 10000^(2i / d_model)) and column 2i + 1 holds cos of the same angle; positions "
-        "count from 0; build the angles as a (n_ctx, 1) column of positions over a row of 10000^(2i / d_model) and "
-        "fill `pe[:, 0::2]` and `pe[:, 1::2]`."
-    ),
     mistakes=(
         Mistake("sin_cos_swapped", "put the cosines in the even columns and the sines in the odd ones",
                 "§3.5: PE(pos, 2i) = sin, PE(pos, 2i + 1) = cos; row 0 is then 0, 1, 0, 1, …", (_sin_cos_swapped,)),
@@ -226,11 +221,6 @@ POSITION_ROWS = Exercise(
         "a prompt from position 0, one and three new tokens after cached ones, the last two rows of the table, and "
         "two windows past the table (ValueError)"
     ),
-    hint=(
-        "the new tokens are positions offset, offset + 1, …, offset + seq_len - 1: `table[offset : offset + seq_len]`; "
-        "raise ValueError when offset + seq_len > table.shape[0], since slicing past the end silently returns fewer "
-        "rows."
-    ),
     mistakes=(
         Mistake("offset_ignored", "ignored the offset, so new tokens get the positions of the first ones",
                 "After a cache of `offset` tokens, the next token is position `offset`, not 0: "
@@ -317,10 +307,6 @@ SCALED_EMBEDDING = Exercise(
     points=1,
     outputs=("the embeddings",),
     checked="(batch, seq) and (seq,) token ids, d_model 16, 64, 9 and 12, float32 and float64",
-    hint=(
-        "a lookup is indexing: `weight[tokens]` has shape tokens.shape + (d_model,); multiply it by √d_model, the "
-        "square root of weight.shape[1]."
-    ),
     mistakes=(
         Mistake("scaled_by_d_model", "multiplied by d_model instead of √d_model",
                 "§3.4 multiplies by √d_model: `math.sqrt(weight.shape[1])`.", (_scaled_by_d_model,)),
@@ -433,10 +419,6 @@ EMBED_INPUTS = Exercise(
         "a batch of prompts with sinusoidal positions, new tokens after cached ones with a learned table (float64), a "
         "batch of single new tokens, the same token at four positions, and a window past the table (ValueError)"
     ),
-    hint=(
-        "scale the looked-up token rows by √d_model (exercise 3), then add the position rows offset … offset + seq - 1 "
-        "(exercise 2), one per position along the last axis of tokens, the same for every sequence of the batch."
-    ),
     mistakes=(
         Mistake("scaled_the_sum", "multiplied the sum token + position by √d_model",
                 "§3.4 scales the embedding weights only: the positions are added after the scaling, "
@@ -498,7 +480,6 @@ PREDICT_POSITION_NORM = predict_number(
         wrong_prediction("far_too_large", 500.0, "the norm of a row of 64 numbers between -1 and 1 cannot pass 8"),
         wrong_prediction("too_small", 2.5, "a guess between the unit vector and the truth"),
     ],
-    hint="Group the row into its d_model / 2 pairs (sin, cos) of one angle: what does each pair add to the squared norm?",
 )
 
 register(SINUSOIDAL, POSITION_ROWS, SCALED_EMBEDDING, EMBED_INPUTS, PREDICT_POSITION_NORM)

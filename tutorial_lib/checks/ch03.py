@@ -176,11 +176,6 @@ ATTENTION = Exercise(
         "2-D, 3-D and 4-D inputs, query_pos ≠ key_pos and d_value ≠ d_head, float32 and float64, no mask, "
         "causal and padding masks that broadcast, and query rows with every key masked (zero weights, zero output)"
     ),
-    hint=(
-        "Eq. (1) is softmax(q kᵀ / √d_k) v: transpose the last two axes of k, divide by √d_k with d_k = "
-        "q.shape[-1], set masked scores to -inf before a softmax over the keys (dim=-1), and give rows with no "
-        "key to attend to zero weights."
-    ),
     mistakes=(
         Mistake("no_scale", "forgot to divide the scores by √d_k",
                 "Eq. (1) scales by 1/√d_k: `scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)`.", (_no_scale,)),
@@ -276,7 +271,6 @@ CAUSAL_MASK = Exercise(
     points=1,
     outputs=("the mask",),
     checked="seq_len 4, 7 and 1, a boolean (seq_len, seq_len) mask, True on and below the diagonal",
-    hint="position t may attend to positions 0 … t: True on and below the diagonal, `torch.tril` of a bool tensor.",
     mistakes=(
         Mistake("upper_triangle", "built the upper triangle instead of the lower one",
                 "True means *may attend*, and position t may attend to 0 … t (the past), so True belongs on and "
@@ -347,7 +341,6 @@ PADDING_MASK = Exercise(
     points=1,
     outputs=("the mask",),
     checked="ragged lengths, an empty sequence and an unpadded one; bool masks of shape (batch, 1, seq_len)",
-    hint="key position j of sequence b is real when j < lengths[b]; add a singleton query axis: (batch, 1, seq_len).",
     mistakes=(
         Mistake("inverted", "marked the padding instead of the real tokens",
                 "True means *may attend*: True on the first lengths[b] positions, `positions < lengths`.",
@@ -433,7 +426,6 @@ SLIDING_WINDOW_MASK = Exercise(
     points=1,
     outputs=("the mask",),
     checked="windows of 3, 1 and longer than the sequence; bool (seq_len, seq_len) masks",
-    hint="position t sees the `window` positions t - window + 1 … t: causal, and not further back than that.",
     mistakes=(
         Mistake("one_too_wide", "let each position see window + 1 keys",
                 "Position t sees t - window + 1 … t, which is `window` keys: `key > query - window`.",
@@ -545,11 +537,6 @@ PADDED_CAUSAL_ATTENTION = Exercise(
         "right-padded batches in float32 and float64, a sequence of one token, no padding, and an empty sequence "
         "whose queries attend to nothing (zero weights, zero output)"
     ),
-    hint=(
-        "a query may attend to a key when the key is not in its future AND is not padding: "
-        "`causal_mask(seq_len) & padding_mask(lengths, seq_len)`, which broadcasts to (batch, query_pos, key_pos), "
-        "then your attention from exercise 1 with that mask."
-    ),
     mistakes=(
         Mistake("masks_or", "combined the two masks with | (or) instead of & (and)",
                 "True means *may attend*: a key must pass both masks, so combine them with `&`; with `|` a padded "
@@ -611,7 +598,6 @@ PREDICT_VARIANCE = predict_number(
         wrong_prediction("much_too_small", 20.0, "between √d_k and d_k, explained by no misconception"),
         wrong_prediction("much_too_large", 1000.0, "between d_k and d_k², explained by no misconception"),
     ],
-    hint="q·k is a sum of d_k products q_i k_i, independent, each of mean 0 and variance 1: add up their variances.",
 )
 
 register(ATTENTION, CAUSAL_MASK, PADDING_MASK, SLIDING_WINDOW_MASK, PADDED_CAUSAL_ATTENTION, PREDICT_VARIANCE)

@@ -78,10 +78,6 @@ SPLIT_HEADS = Exercise(
     outputs=("the heads",),
     axes={"the heads": "batch n_heads seq d_head"},
     checked="d_head of 4, 2 and 3, one head, and seq = n_heads, where only the values can tell a wrong reshape",
-    hint=(
-        "head h is the slice d_head · h … d_head · (h + 1) - 1 of the last axis: `x.view(batch, seq, n_heads, d_head)` "
-        "cuts it, then `.transpose(1, 2)` moves the head axis before the positions."
-    ),
     mistakes=(
         Mistake("reshape_without_transpose", "reshaped straight to (batch, n_heads, seq, d_head) without a transpose",
                 "A reshape keeps the memory order, so each 'head' gets pieces of several positions: view as "
@@ -159,10 +155,6 @@ MERGE_HEADS = Exercise(
     outputs=("the merged output",),
     axes={"the merged output": "batch seq d_model"},
     checked="3 heads of 4, seq = n_heads, and float64: Concat(head_1, …, head_h), head 1 first",
-    hint=(
-        "undo the split: `z.transpose(1, 2)` gives (batch, seq, n_heads, d_head), then `.reshape(batch, seq, "
-        "n_heads * d_head)` puts the heads side by side, head 1 in the first d_head columns."
-    ),
     mistakes=(
         Mistake("reshape_without_transpose", "reshaped straight to (batch, seq, d_model) without a transpose",
                 "(batch, n_heads, seq, d_head) must first become (batch, seq, n_heads, d_head): `.transpose(1, 2)`, "
@@ -257,11 +249,6 @@ MULTI_HEAD_FORWARD = Exercise(
         "self-attention with 4 and 2 heads, a causal mask, cross-attention with a (batch, query_pos, key_pos) padding "
         "mask, batch = n_heads with such a mask, and float64"
     ),
-    hint=(
-        "project (x @ w_q, context @ w_k, context @ w_v), split each into heads, run chapter 03's attention per head "
-        "(scores / √d_head, the mask given a head axis with `mask.unsqueeze(1)` when it has three axes), merge the "
-        "heads, and multiply by w_o."
-    ),
     mistakes=(
         Mistake("scaled_by_sqrt_d_model", "divided the scores by √d_model instead of √d_head",
                 "Each head's dot products have d_head terms: divide by `math.sqrt(d_model // n_heads)`.",
@@ -324,7 +311,6 @@ PREDICT_PARAMETERS = predict_number(
         wrong_prediction("twice", 2_000_000, "about twice the count, explained by no misconception"),
         wrong_prediction("tiny", 50_000, "far too few, explained by no misconception"),
     ],
-    hint="Write the shape of each projection for all heads together: how many d_model × d_model matrices, plus biases?",
 )
 
 register(SPLIT_HEADS, MERGE_HEADS, MULTI_HEAD_FORWARD, PREDICT_PARAMETERS)

@@ -126,11 +126,6 @@ FEED_FORWARD = Exercise(
         "ReLU and exact GELU without dropout, evaluation with a dropout rate (no dropout), training with dropout 0.5 "
         "and 0.25 (float64), the keep mask drawn from the generator"
     ),
-    hint=(
-        "hidden = act(x @ w1 + b1) with act = `torch.relu` or the exact `F.gelu`; in training only, keep each hidden "
-        "unit where `torch.rand(hidden.shape, generator=generator, dtype=hidden.dtype) >= dropout` and divide by "
-        "1 - dropout; then hidden @ w2 + b2, with no activation after it."
-    ),
     mistakes=(
         Mistake("activation_after_second_linear", "applied the activation after the second linear layer",
                 "Eq. (2) is max(0, x W1 + b1) W2 + b2: the nonlinearity sits between the two layers, and the output "
@@ -199,7 +194,6 @@ GELU_TANH = Exercise(
     outputs=("GELU(x)",),
     checked="a grid from -6 to 6, random activations and large inputs in float64, and float32",
     tolerance=(1e-7, 1e-9),
-    hint="0.5 · x · (1 + tanh(√(2/π) · (x + 0.044715 · x³))), elementwise: `math.sqrt(2 / math.pi)`, `torch.tanh`, `x ** 3`.",
     mistakes=(
         Mistake("exact_gelu", "computed the exact GELU (with erf) instead of the tanh approximation",
                 "The exact GELU is 0.5·x·(1 + erf(x/√2)); GPT-2's form replaces erf by "
@@ -270,7 +264,6 @@ SWIGLU = Exercise(
     outputs=("the output",),
     axes={"the output": "d_model"},
     checked="d_ff = 8/3 · d_model, d_ff = d_model with large inputs, and float64",
-    hint="two projections of the same x: SiLU on x @ w_gate, times x @ w_up elementwise, then @ w_down.",
     mistakes=(
         Mistake("gate_on_wrong_branch", "applied SiLU to x @ w_up instead of x @ w_gate",
                 "The gate is the branch that goes through SiLU: `F.silu(x @ w_gate) * (x @ w_up)`. The two branches "
@@ -336,10 +329,6 @@ SWIGLU_HIDDEN_SIZE = Exercise(
     points=1,
     outputs=("d_ff",),
     checked="LLaMA 7B and 13B (11,008 and 13,824), d_model 512 and 96, and multiple_of 1",
-    hint=(
-        "start from the plain FFN's 4 · d_model, take two thirds (`int(2 * 4 * d_model / 3)`: three matrices instead "
-        "of two), then round up: `multiple_of * math.ceil(hidden / multiple_of)`."
-    ),
     mistakes=(
         Mistake("kept_four_d_model", "kept the plain FFN's 4 · d_model",
                 "SwiGLU has three matrices instead of two: with 4 · d_model it has 1.5x the parameters. Take two thirds "
@@ -460,11 +449,6 @@ FFN = Exercise(
         "the paper's ReLU FFN, GPT-2's GELU in its tanh form (float64), LLaMA's SwiGLU with the gate and up projections "
         "fused, in float32 and float64, and an unknown kind (ValueError)"
     ),
-    hint=(
-        "one first layer `x @ w_in + b_in` for every kind; relu and gelu_tanh apply their activation to it, swiglu "
-        "splits it into the gate (first half of the columns) and the up branch (second half) and multiplies "
-        "SiLU(gate) by up; then `@ w_out + b_out`."
-    ),
     mistakes=(
         Mistake("exact_gelu", "used the exact GELU where GPT-2 uses the tanh form",
                 "`F.gelu(h)` is the erf form; GPT-2's is your `gelu_tanh` (or `F.gelu(h, approximate='tanh')`): they "
@@ -523,7 +507,6 @@ PREDICT_FFN_SHARE = predict_number(
         wrong_prediction("a_tenth", 0.1, "a small add-on, explained by no misconception"),
         wrong_prediction("a_quarter", 0.25, "a quarter, explained by no misconception"),
     ],
-    hint="Write the shape of every weight matrix of the block in units of d_model², with d_ff = 4·d_model.",
 )
 
 register(FEED_FORWARD, GELU_TANH, SWIGLU, SWIGLU_HIDDEN_SIZE, FFN, PREDICT_FFN_SHARE)

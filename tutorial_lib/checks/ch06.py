@@ -86,10 +86,6 @@ LAYER_NORM = Exercise(
     checked=(
         "d_model 8 and 4 (with ε = 0.1), nearly constant rows in float64 and batch = d_model, against F.layer_norm"
     ),
-    hint=(
-        "over the last axis: mean = x.mean(-1, keepdim=True), var = ((x - mean) ** 2).mean(-1, keepdim=True) (the "
-        "biased variance, divided by d_model), then (x - mean) / torch.sqrt(var + eps) * weight + bias."
-    ),
     mistakes=(
         Mistake("unbiased_variance", "used the unbiased variance (divided by d_model - 1)",
                 "LayerNorm divides by d_model: `x.var(-1, unbiased=False)` or `((x - mean) ** 2).mean(-1)`. "
@@ -160,7 +156,6 @@ RMS_NORM = Exercise(
     axes={"the normalized x": "d_model"},
     tolerance=(1e-5, 1e-5),
     checked="d_model 8 and 4 (with ε = 0.1), nearly constant rows in float64 and batch = d_model, against F.rms_norm",
-    hint="over the last axis, no mean subtracted: x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight.",
     mistakes=(
         Mistake("subtracted_mean", "subtracted the mean, as LayerNorm does",
                 "RMSNorm does not re-centre: divide x itself by its root mean square. (On nearly constant rows the "
@@ -250,7 +245,6 @@ PRE_NORM_RESIDUAL = Exercise(
     axes={"the block's output": "d_model"},
     checked="a LayerNorm with random γ and β around a two-layer FFN, on (batch, seq, d_model), (batch, d_model) and float64",
     gradients=True,  # trained in the book: a detached or no_grad path must not pass
-    hint="the norm goes on the sublayer's *input* only; the residual stream x passes unchanged: `x + sublayer(norm(x))`.",
     mistakes=(
         Mistake("post_norm", "wrote the paper's post-norm block, Norm(x + Sublayer(x))",
                 "That is §3.1's arrangement; pre-norm moves the norm inside the branch: `x + sublayer(norm(x))`.",
@@ -366,8 +360,6 @@ PRE_NORM_BLOCK = Exercise(
     outputs=("the block's output",),
     axes={"the block's output": "d_model"},
     checked="multi-head attention and a two-layer FFN with two LayerNorms of random γ and β, in float32 and float64",
-    hint="two pre-norm residuals in a row: the attention's residual first, then the feed-forward network's, which reads "
-         "the stream *after* the attention was added, each with its own norm.",
     mistakes=(
         Mistake("post_norm_block", "wrote the paper's post-norm block, Norm(x + Sublayer(x)) twice",
                 "That is §3.1's arrangement; pre-norm puts each norm on its sublayer's input and leaves the stream "

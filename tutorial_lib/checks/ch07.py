@@ -204,10 +204,6 @@ ENCODER_LAYER = Exercise(
     tolerance=(1e-4, 1e-5),
     checked=("against nn.TransformerEncoderLayer (post-norm, evaluation mode) computing with the same weights, with "
              "padded sources, gradients included; and in training mode, dropout on each sublayer's output"),
-    hint=(
-        "two sublayers, each `x = norm(x + dropout(sublayer(x)))`: first `layer.self_attn(x, mask=src_mask)` with "
-        "`layer.norm1`, then `layer.ffn(x)` with `layer.norm2`."
-    ),
     mistakes=(
         Mistake("no_residual", "left out a residual connection",
                 "Each sublayer's output is *added* to its input before the norm: `layer.norm1(x + ...)`.",
@@ -324,10 +320,6 @@ DECODER_LAYER = Exercise(
     tolerance=(1e-4, 1e-5),
     checked=("against nn.TransformerDecoderLayer (post-norm, causal, evaluation mode) computing with the same weights, "
              "with padded sources, gradients included; and in training mode, dropout on each sublayer's output"),
-    hint=(
-        "three sublayers, each `x = norm(x + dropout(sublayer(x)))`: `layer.self_attn(x, causal=True)` with norm1, "
-        "`layer.cross_attn(x, memory, mask=src_mask)` with norm2, then `layer.ffn(x)` with norm3."
-    ),
     mistakes=(
         Mistake("no_residual", "left out a residual connection",
                 "Each sublayer's output is *added* to its input before the norm: `layer.norm1(x + ...)`.",
@@ -424,10 +416,6 @@ LABEL_SMOOTHED_LOSS = Exercise(
     outputs=("the loss",),
     tolerance=(1e-5, 1e-6),
     checked="with padded targets, ε of 0.1 to 0.3 and a padding id that is not 0, against F.cross_entropy(label_smoothing=ε)",
-    hint=(
-        "the target distribution is (1 - ε)·one_hot + ε/d_vocab (the ε spread over *every* class), the loss is "
-        "-(target · log_softmax(logits)).sum(-1), averaged over the positions whose target is not `pad_id`."
-    ),
     mistakes=(
         Mistake("smoothed_over_other_classes", "spread ε over the d_vocab - 1 wrong classes only",
                 "§5.4's (and PyTorch's) label smoothing spreads ε over every class, the right one included: "
@@ -485,7 +473,6 @@ NOAM_LR = Exercise(
     outputs=("the learning rate",),
     tolerance=(1e-9, 0.0),
     checked="at the first update, half-way through the warm-up, the peak and after it, for the base model and a small one",
-    hint="Eq. (3): `d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)`, with `step` counted from 1.",
     mistakes=(
         Mistake("forgot_d_model_scale", "left out the d_model^-0.5 factor",
                 "Eq. (3) multiplies the whole by `d_model ** -0.5`: wider models take smaller steps.",
@@ -551,7 +538,6 @@ BEAM_SCORE = Exercise(
     outputs=("the score",),
     tolerance=(1e-9, 0.0),
     checked="α of 0, 0.6 and 1 and lengths from 1 to 25",
-    hint="`log_prob / ((5 + length) / 6) ** alpha`, where `length` counts the generated tokens (<eos> included).",
     mistakes=(
         Mistake("no_normalisation", "ranked by the log-probability alone",
                 "Divide by the length penalty `((5 + length) / 6) ** alpha`: without it beam search prefers short "
@@ -716,9 +702,6 @@ GREEDY_DECODE = Exercise(
     axes={"the generated tokens": "step"},
     checked="a model that reverses its source (rows of different lengths, one cut by max_len) and a random one-layer "
             "Transformer, against the package's greedy_decode",
-    hint="encode once; then, step by step, decode the whole prefix (BOS first), take the argmax of the *last* "
-         "position's logits, append it, keep finished rows at EOS, and stop when every row has produced EOS or after "
-         "max_len steps. Return the tokens without BOS.",
     mistakes=(
         Mistake("kept_bos", "returned the tokens with the BOS token in front",
                 "BOS is the decoder's first input, not something the model generated: return `tokens[:, 1:]`.",

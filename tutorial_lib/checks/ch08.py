@@ -159,10 +159,6 @@ COUNT_PARAMETERS = Exercise(
         "a module with a frozen embedding and buffers, GPTs with tied and untied embeddings, and GPT-2 small on the "
         "meta device (124,439,808 parameters)"
     ),
-    hint=(
-        "add up `p.numel()` over `model.parameters()`: it yields every parameter once, frozen or not, a tied matrix "
-        "included only once, and no buffers."
-    ),
     mistakes=(
         Mistake("summed_state_dict", "summed over `model.state_dict()`",
                 "The state dict lists a tied matrix under each of its names and holds buffers (BatchNorm's running "
@@ -355,10 +351,6 @@ GPT2_INIT = Exercise(
         "of the parameter after your call, starting from PyTorch's default initialisation), every matrix a draw of its "
         "own, centred on 0"
     ),
-    hint=(
-        "every nn.Linear weight and both embedding tables ~ N(0, 0.02²), every bias zero; then redraw each block's "
-        "`attn.out_proj.weight` and `ffn.down.weight` with std 0.02 / √(2 · model.cfg.n_layers)."
-    ),
     mistakes=(
         Mistake("no_residual_scaling",
                 "left the residual projections at std 0.02: the scaling is missing, or a later loop over every "
@@ -489,10 +481,6 @@ GPT_FORWARD = Exercise(
     checked=(
         "tied and untied GPTs with every parameter randomised, on a full context, a shorter sequence and a "
         "single sequence: logits of shape (batch, seq, d_vocab) equal to the package's GPT.forward"
-    ),
-    hint=(
-        "token embeddings plus the position embeddings of positions 0 … seq - 1, then every block with "
-        "`causal=True`, then the final LayerNorm, then the unembedding; return the logits of every position."
     ),
     mistakes=(
         Mistake("no_final_norm", "left out the final LayerNorm",

@@ -169,11 +169,6 @@ WARMUP_COSINE_LR = Exercise(
         "and 10 steps past their end: a linear warm-up from max_lr / warmup_steps, half a cosine from max_lr to "
         "min_lr, then min_lr"
     ),
-    hint=(
-        "update `step` (0-based) of the warm-up gets max_lr · (step + 1) / warmup_steps; from step = warmup_steps the "
-        "cosine's progress (step − warmup_steps) / (total_steps − warmup_steps) goes from 0 to 1, giving "
-        "min_lr + ½ (max_lr − min_lr)(1 + cos(π · progress)); from step = total_steps on, min_lr."
-    ),
     mistakes=(
         Mistake("no_warmup", "left out the warm-up: the cosine starts at max_lr from the first update",
                 "While `step < warmup_steps`, return `max_lr * (step + 1) / warmup_steps`, and start the cosine's "
@@ -333,11 +328,6 @@ TRAIN_STEP = Exercise(
         "two or three steps of a tiny GPT with dropout, handed over in eval mode or train mode, with SGD and with "
         "AdamW, with and without clipping: the same losses and the same parameters as the package's `train`"
     ),
-    hint=(
-        "in order: `model.train()`, the loss, `optimizer.zero_grad()`, `loss.backward()`, "
-        "`nn.utils.clip_grad_norm_(model.parameters(), grad_clip)` when grad_clip is not None, `optimizer.step()`, "
-        "and return `loss.item()`."
-    ),
     mistakes=(
         Mistake("no_train_mode", "did not put the model in training mode",
                 "A model handed over after an evaluation is in eval mode, where dropout is off: call `model.train()` "
@@ -452,11 +442,6 @@ GET_BATCH = Exercise(
     checked=(
         "batches of 8 windows from 200 tokens, 32 windows from 10 tokens (every start drawn) and 3 from 9 tokens (one "
         "valid window): x the windows, y the same windows one token later"
-    ),
-    hint=(
-        "a window and its target span n_ctx + 1 tokens, so the valid starts are 0 … len(data) − n_ctx − 1: draw "
-        "`starts = torch.randint(len(data) - n_ctx, (batch_size,), generator=generator)`, then x[b] = "
-        "data[s : s + n_ctx] and y[b] = data[s + 1 : s + 1 + n_ctx]."
     ),
     mistakes=(
         Mistake("y_not_shifted", "returned the same windows as inputs and targets",

@@ -129,10 +129,6 @@ SAMPLE = Exercise(
         f"{N_DRAWS:,} draws per row at T = 1, 0.5, 2 and 0.7 (float32 and float64) have the frequencies of "
         f"softmax(logits / T) to within {FREQUENCY_TOLERANCE}, and T = 0 always draws the argmax"
     ),
-    hint=(
-        "divide the logits by T, take the softmax over the vocabulary (dim=-1), and draw one token per row with "
-        "`torch.multinomial(probs, 1, generator=generator)`, squeezed to shape (batch,); T = 0 is `argmax`."
-    ),
     mistakes=(
         Mistake("temperature_after_softmax", "applied the temperature to the probabilities instead of the logits",
                 "Divide the logits before the softmax: `torch.softmax(logits / temperature, dim=-1)`. Probabilities "
@@ -231,10 +227,6 @@ TOP_K = Exercise(
     outputs=("the returned tensor",),
     checked=(
         "k = 3, 1, d_vocab and more than d_vocab, float32 and float64, and ties with the k-th largest logit (all kept)"
-    ),
-    hint=(
-        "find the k-th largest logit of each row (`torch.topk(logits, k, dim=-1).values[:, -1:]`) and set every "
-        "logit below it to -inf; leave the others, ties included, unchanged."
     ),
     mistakes=(
         Mistake("dropped_ties", "kept exactly k tokens, dropping those tied with the k-th",
@@ -348,11 +340,6 @@ TOP_P = Exercise(
         "top_p, the most likely token kept even when it alone exceeds top_p, a sum that reaches top_p exactly, and "
         "the logits returned in vocabulary order"
     ),
-    hint=(
-        "sort the logits in descending order, take the softmax and its cumulative sum, drop a token when the tokens "
-        "ranked above it already reach top_p (`cumsum - probs >= top_p`), and scatter the decision back to the "
-        "vocabulary order."
-    ),
     mistakes=(
         Mistake("dropped_the_top_token", "dropped the most likely token when it alone exceeds top_p",
                 "The nucleus is never empty: the most likely token always stays. Decide on the probability mass "
@@ -465,10 +452,6 @@ KV_CACHE_ATTENTION = Exercise(
         "float64: every new query sees the cached positions and the new ones up to itself, and the keys and values "
         "returned are the cached ones followed by the new ones"
     ),
-    hint=(
-        "append first: keys = cat([past_k, k]) along the positions (dim=-2), the same for the values; then new query "
-        "i is position n_past + i and may attend to keys 0 … n_past + i: mask `key <= query + n_past`."
-    ),
     mistakes=(
         Mistake("attended_before_appending", "attended to the cached keys before appending the new ones",
                 "A new position must see itself (and the new positions before it): append k and v to the cache "
@@ -566,11 +549,6 @@ CACHED_FORWARD = Exercise(
     checked=(
         "a small GPT fed its tokens in chunks (a prompt then single tokens, the whole context at once, one token at "
         "a time) through one cache gives the logits of the package's GPT.forward at every position"
-    ),
-    hint=(
-        "the new tokens continue the cache.length positions already cached: embed them, add the position "
-        "embeddings from offset cache.length on, run every block with causal=True and its own layer's cache, "
-        "then the final norm and the unembedding."
     ),
     mistakes=(
         Mistake("positions_from_zero", "numbered the new tokens' positions from 0 instead of from cache.length",
@@ -673,9 +651,6 @@ GENERATE = Exercise(
     axes={"the tokens": "position"},
     checked="a small GPT continuing two batches of prompts with temperature and top-p through its KV cache, drawing "
             "from the seeded generator, against the package's generate",
-    hint="create the cache once; feed the prompt once and then only the newest token; take the last position's logits, "
-         "divide by the temperature, filter with top-p, softmax, draw one token per row with "
-         "`torch.multinomial(probs, 1, generator=generator)`; return the prompt followed by the new tokens.",
     mistakes=(
         Mistake("refed_the_sequence", "fed the whole sequence again at every step, into a cache that already holds it",
                 "The cache already holds the keys and values of every earlier position: after the prompt, feed only "

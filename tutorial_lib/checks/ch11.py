@@ -204,10 +204,6 @@ REMOVE_ATTENTION = Exercise(
         "tiny GPTs of 2 and 3 pre-norm blocks and 2 post-norm blocks, in float64: the same logits, the same number of "
         "parameters and the same logits after one SGD update as with the attention removed"
     ),
-    hint=(
-        "as `_no_ffn` does for the feed-forward network: in every block, replace the attention by `nn.Identity()` and "
-        "its residual connection by `Skip()`, so that nothing of the sublayer computes, counts or learns."
-    ),
     mistakes=(
         Mistake("identity_inside_residual", "replaced the attention by a module that returns its input, inside its "
                 "residual connection",
@@ -324,11 +320,6 @@ BLOCK_GRADIENT_NORMS = Exercise(
     checked=(
         "tiny float64 GPTs of 3 blocks (one fresh, one still holding old gradients), without residual connections, "
         "and of 2 blocks without feed-forward networks: one norm per block, ‖∂L/∂θ‖₂ over all its parameters"
-    ),
-    hint=(
-        "`model.zero_grad()`, then the mean next-token cross-entropy of (tokens, targets) and `backward()`; for each "
-        "block of `model.blocks`, the square root of the sum of `(p.grad ** 2).sum()` over `block.parameters()` that "
-        "have a gradient, biases and norm gains included; return them stacked, block 0 first."
     ),
     mistakes=(
         Mistake("stale_gradients", "kept the gradients the model already held, so the old ones were added to the new",
@@ -500,11 +491,6 @@ WITHIN_NOISE = Exercise(
         "baselines of five and three seeds with a large seed effect, rows of three and five seeds better and worse "
         "than the baseline, 95% and 90% intervals, and a row of one seed refused with a ValueError"
     ),
-    hint=(
-        "for each row of n seeds: the differences `row[i] - baseline_losses[i]` for i < n, their mean and "
-        "`statistics.stdev` (n − 1), the margin `t_quantile(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)`, and "
-        "True when `mean - margin <= 0 <= mean + margin`; raise a ValueError for a row of fewer than two seeds."
-    ),
     mistakes=(
         Mistake("baseline_sigma", "compared the row's mean with k·σ of the baseline's seeds, not the paired differences "
                 "with their interval",
@@ -649,11 +635,6 @@ BUILD_ABLATED_MODEL = Exercise(
         "five changes to a tiny GPT (nothing, a configuration field, a surgery, both, and a model class of its own "
         "with a field), each from its own seed: the same logits and the same number of parameters as the runner's model"
     ),
-    hint=(
-        "three steps in this order: the configuration `model_cfg.replace(**change.model)`; `torch.manual_seed(seed)` "
-        "and then the model, `change.build(cfg)` when the change has a builder and `GPT(cfg)` otherwise; then "
-        "`change.surgery(model)` when it has one (it edits in place and returns None), and return the model."
-    ),
     mistakes=(
         Mistake("config_change_ignored", "built the model from `model_cfg` without the change's configuration fields",
                 "A change such as one_head is nothing but its fields: build from `model_cfg.replace(**change.model)`, "
@@ -698,8 +679,6 @@ PREDICT_NO_ATTENTION_LOSS = predict_number(
     "11.predict_no_attention_loss",
     measure=_measure_bigram_bound,
     question="the lowest loss without attention",
-    hint=("A position that reads no other position predicts the next character from its own alone: think of a table "
-          "of which character follows which"),
     within=1.2,
     points=1,
     misconceptions=[

@@ -93,11 +93,6 @@ ROPE_TABLES = Exercise(
     outputs=("cos", "sin"),
     axes={"cos": "n_ctx d_head", "sin": "n_ctx d_head"},
     checked="8 and 16 positions, d_head 4 to 64, bases 100, 10,000 and 500,000, in the halves layout",
-    hint=(
-        "θ_i = base ** (-2i / d_head) for i from 0 to d_head/2 - 1 (`torch.arange(0, d_head, 2) / d_head`); the angles "
-        "are position × θ for positions 0 to n_ctx - 1, an (n_ctx, d_head/2) grid, written twice side by side with "
-        "`torch.cat([angles, angles], dim=-1)`; return (angles.cos(), angles.sin())."
-    ),
     mistakes=(
         Mistake("frequencies_i_over_d", "computed the frequencies as base^(-i/d_head) instead of base^(-2i/d_head)",
                 "The exponent runs over the even dimensions: θ_i = base^(-2i/d_head), so the slowest pair turns by "
@@ -203,11 +198,6 @@ APPLY_ROPE = Exercise(
     axes={"the rotated x": "seq d_head"},
     checked=(
         "a prompt, one new token after 7 cached ones, 4 tokens after 3, float64, and the last positions of the context"
-    ),
-    hint=(
-        "take the tables' rows of the positions offset to offset + seq - 1 (`cos[offset : offset + seq]`), then "
-        "x * cos + rotate_half(x) * sin with rotate_half(x) = torch.cat([-x2, x1], dim=-1), x1 and x2 the two halves "
-        "of the last axis."
     ),
     mistakes=(
         Mistake("offset_ignored", "ignored the offset, rotating the new tokens as if they started at position 0",
@@ -340,11 +330,6 @@ LLAMA_BLOCK = Exercise(
     outputs=("the block's output",),
     axes={"the block's output": "seq d_model"},
     checked="4 heads of d_head 4, 2 heads of d_head 16 with ε = 0.5, and float64, inputs with a non-zero mean",
-    hint=(
-        "h = RMSNorm(x) with weights['attn_norm'] (x / sqrt(mean(x²) + eps) · w, no mean subtracted); q, k, v = h @ wq, "
-        "h @ wk, h @ wv split into heads; RoPE on q and k only; causal softmax(q kᵀ / √d_head) v; merge the heads, @ wo, "
-        "add to x; then the same with weights['ffn_norm'] and SwiGLU: (silu(h @ w_gate) * (h @ w_up)) @ w_down."
-    ),
     mistakes=(
         Mistake("values_rotated", "rotated the values too, not only the queries and keys",
                 "RoPE goes on q and k, whose dot product then depends on the offset alone. Rotating v makes each "
@@ -448,11 +433,6 @@ REPEAT_KV = Exercise(
     outputs=("the repeated keys or values",),
     axes={"the repeated keys or values": "n_heads seq d_head"},
     checked="2 key/value heads for 4 and for 8 query heads, multi-query, multi-head (n_rep = 1), and float64",
-    hint=(
-        "query head h reads key/value head h // n_rep: each key/value head is written n_rep times in a row on the head "
-        "axis (dim=1), `x.repeat_interleave(n_rep, dim=1)`, or `x[:, :, None].expand(batch, n_kv_heads, n_rep, seq, "
-        "d_head)` reshaped to (batch, n_kv_heads · n_rep, seq, d_head)."
-    ),
     mistakes=(
         Mistake("tiled_heads", "tiled the heads with `repeat` (head h reads head h % n_kv_heads) instead of repeating "
                 "each head in place with `repeat_interleave`",
@@ -494,7 +474,6 @@ PREDICT_ROPE_WAVELENGTH = predict_number(
     "12.predict_rope_wavelength",
     measure=slowest_rope_wavelength,
     question="the slowest pair's wavelength at d_head 64",
-    hint="Write down θ_i for the last pair, i = d_head/2 - 1, then turn radians per position into positions per turn",
     within=1.2,
     points=1,
     misconceptions=[

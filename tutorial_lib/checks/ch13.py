@@ -115,11 +115,6 @@ ONLINE_SOFTMAX = Exercise(
         "a partial last block, a maximum that grows in every block, scores near 1000, a peak of 200 in the first "
         "block, a block longer than the row, and float64 in blocks of one"
     ),
-    hint=(
-        "keep per row m (the largest score so far, from -inf) and l = Σ exp(x_j - m) (from 0); for each block, "
-        "m_new = max(m, the block's max), l = l · exp(m - m_new) + Σ exp(block - m_new), m = m_new; at the end "
-        "exp(x - m) / l."
-    ),
     mistakes=(
         Mistake("sum_not_rescaled", "did not rescale the running sum when the maximum grew",
                 "l holds Σ exp(x_j - m_old): when the maximum rises to m_new, multiply it by exp(m_old - m_new) "
@@ -244,11 +239,6 @@ TILE_UPDATE = Exercise(
     checked=(
         "the first tile on the diagonal, tiles below and across the diagonal after earlier tiles, a maximum that grows, "
         "block_q ≠ block_k, a batch and a head axis, and float64"
-    ),
-    hint=(
-        "scores = q_blk @ k_blk.transpose(-2, -1); hide key k_start + c from query q_start + r when k_start + c > "
-        "q_start + r; m_new = max(m, the row max); p = exp(scores - m_new); rescale both l and acc by exp(m - m_new) "
-        "before adding p.sum(-1) and p @ v_blk."
     ),
     mistakes=(
         Mistake("denominator_not_rescaled", "rescaled the accumulator but not the denominator",
@@ -376,11 +366,6 @@ BANDED_ATTENTION = Exercise(
         "windows of 3, 4 and 1 keys, a window longer than the sequence (float64), a head axis with d_value ≠ d_head, "
         "and 128 positions computed without a 128 × 128 matrix"
     ),
-    hint=(
-        "pad k and v with window - 1 zero rows in front, `F.pad(k, (0, 0, window - 1, 0))`; `.unfold(-2, window, 1)` "
-        "gives each query its own window of keys; scores (seq, window) divided by √d_k, the padding slots (key index "
-        "t - window + 1 + j < 0) set to -inf, softmax over the window, weights times the band of values."
-    ),
     mistakes=(
         Mistake("window_one_too_wide", "let each query see window + 1 keys",
                 "Position t sees t - window + 1 … t: window keys, itself included; pad window - 1 rows and unfold "
@@ -462,10 +447,6 @@ LINEAR_ATTENTION = Exercise(
     checked=(
         "d_value ≠ d_head, a head axis, float64 with a large eps, and a query whose features underflow to 0 (eps keeps "
         "the output finite)"
-    ),
-    hint=(
-        "φ(x) = F.elu(x) + 1 on q and k; S_i = Σ_{j≤i} φ(k_j) v_jᵀ and z_i = Σ_{j≤i} φ(k_j) as cumulative sums over "
-        "the positions (itself included); out_i = φ(q_i)ᵀ S_i / (φ(q_i)·z_i + eps)."
     ),
     mistakes=(
         Mistake("normaliser_forgotten", "left out the normaliser φ(q_i)·z_i",
@@ -594,11 +575,6 @@ TILE_BACKWARD = Exercise(
     checked=(
         "a tile in the middle, first and last of a row of keys, a head axis, larger scores, a tile of one key, "
         "d_value ≠ d_head, and float64"
-    ),
-    hint=(
-        "check each gradient on its own. dv needs only the weights: are yours the softmax over the whole row of "
-        "keys, which this tile alone cannot normalise? dq and dk also need the softmax's backward, whose sum over "
-        "the row's keys the full output already holds. And every place the scores depend on q or k carries the scale"
     ),
     mistakes=(
         Mistake("delta_forgotten", "left D out of the softmax's backward",
@@ -748,11 +724,6 @@ TILED_ATTENTION = Exercise(
         "causal self-attention in blocks of 3, 4, 8 and 16, a last block shorter than the others, a block longer than "
         "the sequence, float64, and 128 positions with no tensor as large as the score matrix"
     ),
-    hint=(
-        "divide q by √d_head once; for each block of queries, a fresh state (m = -inf, l = 0, acc = 0); fold in the key "
-        "tiles from 0 up to the end of the query block with the tile update, passing the tiles' first positions "
-        "(q_start, k_start); append acc / l; concatenate the blocks along the positions."
-    ),
     mistakes=(
         Mistake("not_normalised", "returned the accumulator without dividing it by the running sum",
                 "acc holds Σ e^(s - m) v, the numerator of the softmax's weighted sum: the output is `acc / l`.",
@@ -797,7 +768,6 @@ PREDICT_NAIVE_MEMORY = predict_number(
     "13.predict_naive_memory",
     measure=naive_attention_peak_mib,
     question="the naive attention's peak memory in MiB",
-    hint="Count the 1024 × 1024 tensors that the chapter-03 attention holds at once, at 4 bytes per float",
     within=1.5,
     points=1,
     misconceptions=[

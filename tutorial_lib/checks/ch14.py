@@ -146,12 +146,6 @@ MASK_TOKENS = Exercise(
         "pairs with [CLS], [SEP] and padding at p = 0.15 and 0.5, special ids that are not the first ids, and one "
         "sequence without a batch axis: the same three draws from the generator, the same inputs and labels"
     ),
-    hint=(
-        "three draws of `tokens.shape`, in this order: `chosen = torch.rand(...) < p` (and not special), `action = "
-        "torch.rand(...)`, `ordinary_ids[torch.randint(len(ordinary_ids), ...)]`; then a chosen token becomes "
-        "mask_id where action < 0.8, the random id where 0.8 <= action < 0.9, stays where action >= 0.9; labels are "
-        "the token where chosen, -100 elsewhere."
-    ),
     mistakes=(
         Mistake("special_tokens_chosen", "let special tokens be chosen",
                 "[CLS], [SEP] and [PAD] carry no word to predict, and [MASK] must not be masked again: chosen tokens "
@@ -287,11 +281,6 @@ MLM_LOSS = Exercise(
         "batches of 2 to 4 sequences with a quarter to a half of the positions chosen, a sequence with none, "
         "logits large enough to underflow a softmax, and float64"
     ),
-    hint=(
-        "keep the chosen positions, `logits[chosen]` (n_chosen, d_vocab) and `targets[chosen]`, and average their "
-        "cross-entropy: `F.cross_entropy(logits[chosen], targets[chosen])`, or `-torch.log_softmax(...)` gathered "
-        "at the targets, then `.mean()`."
-    ),
     mistakes=(
         Mistake("every_position", "averaged the loss over every position",
                 "Only the chosen positions are predictions: the 85% of words the model can see would teach it to copy "
@@ -415,11 +404,6 @@ NSP_PAIRS = Exercise(
     points=1,
     outputs=("the pairs",),
     checked="lists of 3 to 11 lines: one pair per line that has a next line, the same coins and random lines",
-    hint=(
-        "n = len(lines); draw `coins = torch.rand(n - 1, generator=generator)`, then `others = torch.randint(n - 2, "
-        "(n - 1,), generator=generator)`; for i in range(n - 1): coin below 0.5 → (lines[i], lines[i + 1], 0); "
-        "otherwise j = others[i], plus 2 when j >= i, and (lines[i], lines[j], 1)."
-    ),
     mistakes=(
         Mistake("labels_swapped", "labelled the true next line 1 and the random line 0",
                 "Hugging Face's BertForPreTraining (and the package) use 0 = IsNext (B follows A), 1 = NotNext.",
@@ -610,10 +594,6 @@ FINE_TUNE_STEP = Exercise(
         "tiny float64 BERT classifiers of two and three classes, two of them holding the gradients of an earlier "
         "batch, on padded batches of pairs, with SGD: the same loss and the same logits after the step"
     ),
-    hint=(
-        "`optimizer.zero_grad()`; the logits `model(batch.tokens, batch.segments, mask=padding_mask(batch.lengths, "
-        "seq))`; `F.cross_entropy(logits, batch.labels)`; `loss.backward()`; `optimizer.step()`; return `loss.item()`."
-    ),
     mistakes=(
         Mistake("gradients_not_cleared", "kept the gradients the model already held, so the old ones were added to "
                 "this batch's",
@@ -657,7 +637,6 @@ PREDICT_MASK_SHARE = predict_number(
     "14.predict_mask_share",
     measure=mask_share,
     question="the share of tokens seen as [MASK]",
-    hint="Follow one ordinary token through the rule: the chance that it is chosen, then that a chosen one becomes [MASK]",
     within=1.15,
     points=1,
     misconceptions=[

@@ -207,11 +207,6 @@ RING_ALL_REDUCE = Exercise(
     outputs=("the tensors of the ranks",),
     checked=("2, 3 and 4 ranks, tensors of 6 to 12 numbers (float64) that the number of ranks does not always divide: "
              "every rank ends with the mean, having sent 2(n - 1) messages, each one chunk, to its right neighbour"),
-    hint=(
-        "each rank cuts its own tensor into n chunks; n - 1 reduce-scatter steps, in which it sends a chunk to the right "
-        "and adds what comes from the left into another; n - 1 all-gather steps, in which it sends a complete chunk to "
-        "the right and replaces its copy with what comes from the left; then it divides by n."
-    ),
     mistakes=(
         Mistake("summed_not_averaged", "returned the sum of the ranks' tensors instead of their mean",
                 "The all-reduce adds; the mean needs one more division: each rank's result by n, the number of "
@@ -307,10 +302,6 @@ RANK_INDICES = Exercise(
     call=_as_index_tensor,
     outputs=("the indices",),
     checked="2, 3 and 4 ranks, 7 to 24 examples, epochs 0 to 3, against PyTorch's DistributedSampler",
-    hint=(
-        "g = torch.Generator().manual_seed(seed + epoch); order = torch.randperm(n_examples, generator=g).tolist(); "
-        "pad with the first indices to ceil(n_examples / world_size) · world_size; return order[rank::world_size]."
-    ),
     mistakes=(
         Mistake("same_shard_on_every_rank", "gave every rank the same indices, whatever its rank",
                 "Each rank must read its own examples: start at position `rank` and take every `world_size`-th one, "
@@ -457,11 +448,6 @@ ACCUMULATE_GRADIENTS = Exercise(
     checked=(
         "a 1-layer GPT in float64 wrapped like DDP, holding stale gradients, with 1 to 3 micro-batches of 1 to 4 "
         "windows: the loss returned, every parameter's gradient, and which forwards ran outside no_sync"
-    ),
-    hint=(
-        "model.zero_grad() first; for each micro-batch, loss = loss_fn(model, batch) * len(batch[0]) / total (its "
-        "share of the examples); run the forward and the backward inside model.no_sync() for all but the last "
-        "micro-batch; return the sum of the weighted losses (loss.item())."
     ),
     mistakes=(
         Mistake("no_scaling", "added the micro-batches' gradients without weighting them, so the gradient is their sum",

@@ -9,7 +9,8 @@ mistakes, each a small wrong implementation (:class:`Mistake`), and uncatalogued
   case (same outputs within the tolerance, same inputs afterwards, or the same exception). When two mistakes match, it
   names both as candidates. When none does but exactly one pair explains every case (each case matches A or B, or
   shows A's values with B's NaN), it names both as made together. Otherwise it says what is wrong in terms of the
-  output (which entries, by how much, the expected and obtained values on a slice) and gives the exercise's hint.
+  output (which entries, by how much, the expected and obtained values on a slice) and points to the hints folded
+  under the exercise in its notebook. No verdict of that kind gives code or the formula of the answer.
 - **Randomness.** When a case hands over a ``torch.Generator``, the answer must draw from it alone: the same generator
   state gives the same output, two seeds give different outputs (where the reference's do), the global RNG is untouched.
 - **Honest blame.** "Your code raised" only when the learner's code raised; a failure of the exercise's own wrapper
@@ -162,7 +163,8 @@ class Exercise:
 
     ``cases`` builds the inputs from a seeded generator. ``outputs`` names what the function returns: one name for
     a single object, several for a tuple (``("out", "weights")``). ``checked`` completes "It matches the reference
-    on N seeded cases: ...". ``hint`` is given for wrong values that no catalogued mistake explains.
+    on N seeded cases: ...". Wrong values that no catalogued mistake explains are described, never hinted at with
+    the answer's code: the notebook's folded hints are where a learner asks for more.
 
     ``call(obj, args)`` says how to run an answer on a case, for the learner's object, the reference and every
     mistake alike (default ``obj(*args)``; a class exercise builds a module and calls it); when it must examine the
@@ -176,7 +178,6 @@ class Exercise:
     cases: Callable[[torch.Generator], list[Case]]
     points: int
     checked: str
-    hint: str
     mistakes: tuple[Mistake, ...] = ()
     mutants: tuple[Mutant, ...] = ()
     outputs: tuple[str, ...] = ("the result",)
@@ -618,6 +619,10 @@ def _library_origin(exercise: Exercise, obj: Any) -> str | None:
     return None
 
 
+FOLDED_HINTS = ("The hints folded under the exercise in its notebook lead to the answer a step at a time, if you "
+                "want them.")
+
+
 def _called_verdict(callee: str) -> _Verdict:
     return _Verdict("calls_the_work",
                     f"Your answer calls {callee}, which does what this exercise asks you to build. Write that part "
@@ -723,7 +728,7 @@ def _judge(exercise: Exercise, obj: Any, time_limit: float) -> _Verdict:
                  "`torch.no_grad()`, `.data`, or a value computed outside the graph): the layer computes the right "
                  "numbers but would not train as the reference does.")
     elif failure.kind in {"wrong_values", "wrong_shape"}:
-        body += f" It matches none of the known mistakes. Hint: {sentence(exercise.hint)}"
+        body += f" It matches none of the known mistakes. {FOLDED_HINTS}"
     headline, reason = "", _reason(failure.detail)
     if exercise.on_pass is not None and failure.kind == "wrong_values":
         headline = "prediction missed"

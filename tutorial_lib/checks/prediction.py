@@ -89,12 +89,10 @@ def predict_number(
     misconceptions: Sequence[Misconception],
     mutants: Sequence[Mutant] = (),
     points: int = 1,
-    hint: str = "",
 ) -> Exercise:
     """A predict-then-measure exercise: right within a factor ``within`` of ``measure()`` (computed once, lazily).
 
-    ``question`` names what is predicted ("the variance of q·k at d_k = 64") for the verdicts; ``hint`` is given for a
-    miss that no misconception explains.
+    ``question`` names what is predicted ("the variance of q·k at d_k = 64") for the verdicts.
     """
     if not within > 1:
         raise ValueError(f"within must be a factor greater than 1, got {within!r}")
@@ -151,7 +149,6 @@ def predict_number(
         cases=cases,
         points=points,
         checked=f"the prediction of {question} is within a factor of {within:g} of the measurement",
-        hint=hint or f"Reason from the chapter's equation to {question}, then check the order of magnitude",
         mistakes=tuple(Mistake(m.name, m.description, m.fix, (_Prediction(m.value),)) for m in misconceptions),
         mutants=tuple(mutants),
         call=call,
