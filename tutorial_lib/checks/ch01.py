@@ -154,13 +154,15 @@ COUNT_PAIRS = Exercise(
                 "The words were split apart on purpose: a pair made of the end of one word and the start of the next "
                 "never occurs in text. Count within each word only.", (_across_words,)),
         Mistake("once_per_word", "counted a pair once per word however often it occurs in it",
-                "`set(zip(word, word[1:]))` drops repeats: aaa holds (a, a) twice. Count every occurrence.",
+                "A set of a word's pairs drops repeats: aaa holds (a, a) twice. Count every occurrence.",
                 (_once_per_word,)),
         Mistake("missed_the_last_pair", "missed the last pair of each word",
-                "A word of n symbols has n - 1 adjacent pairs: `range(len(word) - 1)`, or `zip(word, word[1:])`.",
+                "A word of n symbols has n - 1 adjacent pairs: the last one starts at position n - 2, so let the loop "
+                "reach it.",
                 (_last_pair_missed,)),
         Mistake("non_overlapping_only", "stepped two symbols at a time, so half the pairs were never counted",
-                "Every position i < n - 1 starts a pair: step by 1, `zip(word, word[1:])`.", (_skip_after_a_pair,)),
+                "Every position i < n - 1 starts a pair: step by 1, pairing each symbol with the next.",
+                (_skip_after_a_pair,)),
     ),
     mutants=(
         Mutant("every_other_symbol", "pairs a symbol with the one two places later", _every_other_symbol),
@@ -244,7 +246,7 @@ BEST_PAIR = Exercise(
     ),
     mistakes=(
         Mistake("tie_by_dict_order", "broke ties by the order of the dict, so the result depends on the input's order",
-                "`max(pair_counts, key=pair_counts.get)` returns the *first* maximum met: insert the same counts in "
+                "`max` keyed on the count alone returns the *first* maximum met: insert the same counts in "
                 "another order and another pair wins. Break ties by the pair itself: key (-count, pair).",
                 (_first_maximum, _last_maximum, _sorted_by_count_then_reverse)),
         Mistake("largest_pair_of_the_tie", "broke ties towards the pair that sorts last",
@@ -256,7 +258,7 @@ BEST_PAIR = Exercise(
         Mistake("ignored_the_counts", "sorted by the pairs alone and ignored their counts",
                 "The count decides; the pair only breaks ties: key (-count, pair).", (_sorted_by_pair_only,)),
         Mistake("returned_the_count", "returned the highest count instead of its pair",
-                "Return the pair (a tuple of two symbols), `item[0]` of the best `(pair, count)` item.",
+                "Return the pair (a tuple of two symbols), the first element of the best (pair, count) item.",
                 (_returned_the_count,)),
     ),
     mutants=(
@@ -375,8 +377,8 @@ MERGE = Exercise(
         Mistake("right_to_left", "scanned from the right, so overlapping occurrences merge from the right",
                 "BPE merges from the left: aaa becomes aa a. Scan i = 0, 1, 2 and so on.", (_right_to_left,)),
         Mistake("edited_the_argument", "edited the caller's list in place",
-                "`symbols[i:i + 2] = [new]` changes the list the caller passed (and shifts the indices under the loop): "
-                "build a new list instead.", (_in_place,)),
+                "Assigning into a slice of `symbols` changes the list the caller passed (and shifts the indices under "
+                "the loop): build a new list instead.", (_in_place,)),
     ),
     mutants=(
         Mutant("new_symbol_as_a_tuple", "appends the pair itself instead of the new symbol", _pair_as_tuple),
@@ -499,7 +501,7 @@ ENCODE_WORD = Exercise(
                 "Encoding replays training's order: the pair with the lowest rank (index in merges) goes first, "
                 "however often another pair occurs in this word.", (_most_frequent_in_word,)),
         Mistake("leftmost_pair_first", "merged the leftmost known pair instead of the merge learned first",
-                "The position in the word does not matter, the rank does: `min(pairs, key=rank)`.",
+                "The position in the word does not matter, the rank does: merge the pair of lowest rank first.",
                 (_leftmost_known_pair,)),
         Mistake("latest_merge_first", "applied the merge learned last first",
                 "Rank 0 is the first merge learned, and it goes first: take the *lowest* rank.",
@@ -604,7 +606,8 @@ DECODE = Exercise(
                 "Decoding gives back the text exactly, spaces and line breaks included (a prompt that ends in ' ' "
                 "differs from one that does not): drop the `.strip()`.", (_stripped,)),
         Mistake("repr_of_bytes", "converted each token with str(), which gives its repr such as b'he'",
-                "`str(b'he')` is \"b'he'\": decode bytes with `.decode('utf-8')`.", (_repr_of_bytes,)),
+                "`str()` of the bytes b'he' is their repr, \"b'he'\", not 'he': turn bytes into text with their "
+                "`decode` method and 'utf-8'.", (_repr_of_bytes,)),
     ),
     mutants=(
         Mutant("ids_as_code_points", "turns each id into the character of that code point", _ids_as_code_points),
@@ -741,8 +744,8 @@ TRAIN_MERGES = Exercise(
                 (_trainer(stop=False), _trainer(stop=False, pick="max_builtin"),
                  _trainer(stop=False, pick="min_builtin"))),
         Mistake("new_tokens_returned", "returned the new tokens ('ug') instead of the pairs (('u', 'g'))",
-                "A merge is the pair that was joined: record `pair`, not `pair[0] + pair[1]` (the encoder needs both "
-                "halves).", (_trainer(returns="tokens"),)),
+                "A merge is the pair that was joined: record `pair` itself, not the token its two symbols make (the "
+                "encoder needs both halves).", (_trainer(returns="tokens"),)),
     ),
     mutants=(
         Mutant("one_merge_short", "learns n_merges - 1 merges", _one_merge_short),

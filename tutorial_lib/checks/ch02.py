@@ -223,10 +223,11 @@ POSITION_ROWS = Exercise(
     ),
     mistakes=(
         Mistake("offset_ignored", "ignored the offset, so new tokens get the positions of the first ones",
-                "After a cache of `offset` tokens, the next token is position `offset`, not 0: "
-                "`table[offset : offset + seq_len]`.", (_offset_ignored,)),
+                "After a cache of `offset` tokens, the next token is position `offset`, not 0: read seq_len rows "
+                "starting at row `offset`.", (_offset_ignored,)),
         Mistake("end_index_is_seq_len", "ended the slice at seq_len instead of offset + seq_len",
-                "The window has seq_len rows starting at offset: the slice ends at `offset + seq_len`.",
+                "The window has seq_len rows starting at offset, so it ends seq_len rows after offset, not at row "
+                "seq_len.",
                 (_end_index_is_seq_len,)),
         Mistake("off_by_one", "started one row too late",
                 "Positions count from 0: `offset` cached tokens occupy rows 0 … offset - 1, so the next is row offset.",
@@ -309,16 +310,18 @@ SCALED_EMBEDDING = Exercise(
     checked="(batch, seq) and (seq,) token ids, d_model 16, 64, 9 and 12, float32 and float64",
     mistakes=(
         Mistake("scaled_by_d_model", "multiplied by d_model instead of √d_model",
-                "§3.4 multiplies by √d_model: `math.sqrt(weight.shape[1])`.", (_scaled_by_d_model,)),
+                "§3.4 multiplies by the square root of d_model (`math.sqrt`), not by d_model itself.",
+                (_scaled_by_d_model,)),
         Mistake("not_scaled", "forgot the √d_model", "§3.4: the looked-up rows are multiplied by √d_model.",
                 (_not_scaled,)),
         Mistake("scaled_by_sqrt_d_vocab", "scaled by √d_vocab, the table's first axis, instead of √d_model",
-                "weight is (d_vocab, d_model): d_model is `weight.shape[1]`.", (_scaled_by_sqrt_d_vocab,)),
+                "weight is (d_vocab, d_model): d_model is the size of its second axis, not its first.",
+                (_scaled_by_sqrt_d_vocab,)),
         Mistake("divided", "divided by √d_model instead of multiplying",
                 "The embedding is scaled *up* so that it is not drowned by the positional encoding.", (_divided,)),
         Mistake("scaled_the_table_in_place", "scaled the embedding table itself in place",
-                "`weight *= …` changes the model's parameter for every later call: scale the looked-up rows, "
-                "`weight[tokens] * math.sqrt(d_model)`.", (_scaled_weight_in_place,)),
+                "Scaling `weight` in place changes the model's parameter for every later call: scale the looked-up "
+                "rows instead, into a new tensor.", (_scaled_weight_in_place,)),
     ),
     mutants=(
         Mutant("one_hot_in_float32", "multiplies a float32 one-hot matrix, so float64 comes back as float32",
@@ -421,8 +424,8 @@ EMBED_INPUTS = Exercise(
     ),
     mistakes=(
         Mistake("scaled_the_sum", "multiplied the sum token + position by √d_model",
-                "§3.4 scales the embedding weights only: the positions are added after the scaling, "
-                "`token_rows * √d_model + position_rows`.", (_inputs_with(scale_at="sum"),)),
+                "§3.4 scales the embedding weights only: multiply the token rows by √d_model first, then add the "
+                "position rows.", (_inputs_with(scale_at="sum"),)),
         Mistake("scaled_the_positions", "scaled the positions by √d_model instead of the tokens",
                 "The factor belongs to the token embedding: it lifts the token vectors to the size of the positional "
                 "ones.", (_inputs_with(scale_at="positions"),)),
@@ -431,13 +434,14 @@ EMBED_INPUTS = Exercise(
                 "almost all position.", (_inputs_with(scale_at="nowhere"),)),
         Mistake("positions_by_token_id", "looked up the position table with the token ids",
                 "The position table is indexed by where a token stands (offset, offset + 1, …), not by which token it "
-                "is: `pe[tokens]` makes two equal tokens share a position.", (_inputs_with(rows="token_ids"),)),
+                "is: indexing it with the token ids makes two equal tokens share a position.",
+                (_inputs_with(rows="token_ids"),)),
         Mistake("offset_ignored", "ignored the offset, so new tokens get the positions of the first ones",
                 "After `offset` cached tokens, the first new one stands at position `offset`: read the rows from "
                 "there (exercise 2).", (_inputs_with(rows="from_zero"),)),
         Mistake("positions_along_the_batch", "took one position per sequence of the batch instead of one per token",
-                "tokens is (batch, seq): the positions run along the last axis, `tokens.shape[-1]` rows, broadcast "
-                "over the batch.", (_inputs_with(rows="batch_axis"),)),
+                "tokens is (batch, seq): the positions run along the last axis, one row per token of a sequence, "
+                "broadcast over the batch.", (_inputs_with(rows="batch_axis"),)),
         Mistake("concatenated", "concatenated the positions to the token vectors instead of adding them",
                 "§3.5: the positional encodings are *summed* with the embeddings, so both have d_model columns and "
                 "the result keeps d_model.", (_concatenated,)),

@@ -178,42 +178,43 @@ ATTENTION = Exercise(
     ),
     mistakes=(
         Mistake("no_scale", "forgot to divide the scores by √d_k",
-                "Eq. (1) scales by 1/√d_k: `scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)`.", (_no_scale,)),
+                "Eq. (1) scales by 1/√d_k: divide the scores by √d_k before the softmax.", (_no_scale,)),
         Mistake("divided_by_d_k", "divided the scores by d_k instead of √d_k",
-                "Use `math.sqrt(d_k)`: the dot product of two unit-variance vectors has variance d_k, so its "
-                "standard deviation is √d_k.", (_divide_by_d_k,)),
+                "Divide by the square root of d_k: the dot product of two unit-variance vectors has variance d_k, so "
+                "its standard deviation is √d_k.", (_divide_by_d_k,)),
         Mistake("scaled_by_d_value", "scaled by the size of v's last axis instead of d_k",
-                "d_k is the size of the vectors in the dot product: `q.shape[-1]`.", (_scale_by_d_value,)),
+                "d_k is the size of the vectors in the dot product: the last axis of q and k, not of v.",
+                (_scale_by_d_value,)),
         Mistake("wrong_k_axes", "transposed the wrong axes of k",
-                "Swap only the last two: `k.transpose(-2, -1)` (or `k.mT`); `k.T` reverses every axis and "
-                "fixed indices like `transpose(1, 2)` break as soon as there is a head axis.",
+                "Swap only the last two axes, counted from the end (the `mT` attribute does just that); `k.T` "
+                "reverses every axis, and fixed indices such as 1 and 2 break as soon as there is a head axis.",
                 (_k_dot_t, _k_transpose(-1, -3), _k_transpose(1, 2), _k_transpose(0, 1))),
         Mistake("softmax_over_queries", "took the softmax over the wrong axis",
-                "Each query's weights must sum to 1 over the keys: `torch.softmax(scores, dim=-1)`.",
+                "Each query's weights must sum to 1 over the keys: take the softmax over the last axis, `dim=-1`.",
                 (_softmax_over(-2), _softmax_over(1), _softmax_over(0))),
         Mistake("inverted_mask", "inverted the mask",
-                "True means *may attend*: fill the scores where the mask is False, `scores.masked_fill(~mask, "
-                "float('-inf'))`.", (_inverted_mask,)),
+                "True means *may attend*: fill the scores with -inf where the mask is False, not where it is "
+                "True.", (_inverted_mask,)),
         Mistake("mask_after_softmax", "applied the mask after the softmax without renormalising",
                 "Zeroing weights afterwards leaves rows that no longer sum to 1: set masked scores to -inf "
                 "before the softmax.", (_mask_after_softmax,)),
         Mistake("masked_with_zero", "masked the scores with 0 instead of -inf",
-                "A score of 0 still gets weight exp(0) in the softmax: fill with `float('-inf')`.",
+                "A score of 0 still gets weight exp(0) = 1 in the softmax: fill with -inf, whose weight is 0.",
                 (_mask_with_zero,)),
         Mistake("masked_with_large_negative", "masked with a large negative number instead of -inf",
                 "It works until a query has no key to attend to: then every score is the same large negative "
                 "number and the softmax spreads the weight evenly over keys it must not see. Use -inf and turn "
-                "those rows' NaN into 0 (`weights.nan_to_num(0.0)`).",
+                "those rows' NaN into 0 (`nan_to_num`).",
                 (_mask_with_large_negative(lambda dtype: -1e9),
                  _mask_with_large_negative(lambda dtype: torch.finfo(dtype).min))),
         Mistake("nan_for_fully_masked_rows", "left the softmax of all -inf rows as NaN",
-                "A query whose keys are all masked should attend to nothing: `weights.nan_to_num(0.0)` after "
-                "the softmax gives it zero weights and a zero output.", (_nan_for_masked_rows,)),
+                "A query whose keys are all masked should attend to nothing: turning its NaN weights into 0 after "
+                "the softmax (`nan_to_num`) gives it zero weights and a zero output.", (_nan_for_masked_rows,)),
         Mistake("scaled_q_in_place", "scaled q in place",
-                "`q /= math.sqrt(d_k)` divides the caller's tensor too: write `q = q / math.sqrt(d_k)`, or "
+                "Dividing `q` in place divides the caller's tensor too: put the scaled q in a new tensor, or "
                 "scale the scores instead.", (_scale_q_in_place,)),
         Mistake("swapped_outputs", "returned (weights, out) instead of (out, weights)",
-                "Return the output first: `return weights @ v, weights`.", (_swapped_outputs,)),
+                "Return the output first and the attention weights second.", (_swapped_outputs,)),
     ),
     mutants=(
         Mutant("multiplied_by_sqrt_d_k", "multiplies the scores by √d_k instead of dividing", _multiply_by_sqrt_d_k),
@@ -277,16 +278,16 @@ CAUSAL_MASK = Exercise(
                 "below the diagonal: `torch.tril`.", (_upper_triangle,)),
         Mistake("true_means_masked", "marked the positions to hide (True = masked) instead of those to see",
                 "That is the convention of `nn.MultiheadAttention`'s boolean `attn_mask`; here True means *may "
-                "attend*: `torch.tril(torch.ones(seq_len, seq_len, dtype=torch.bool))`.", (_true_means_masked,)),
+                "attend*, so True goes on and below the diagonal, in a boolean mask.", (_true_means_masked,)),
         Mistake("excluded_diagonal", "left out the diagonal",
-                "A position may attend to itself: keep the diagonal (`torch.tril(..., diagonal=0)`).",
+                "A position may attend to itself: keep the diagonal (the default `diagonal=0` of `torch.tril`).",
                 (_strict_lower_triangle,)),
         Mistake("sees_the_next_token", "let each position see the next one (`diagonal=1`)",
                 "With `diagonal=1` position t also sees t + 1, the token it must predict: use the default "
                 "`diagonal=0`.", (_sees_the_next_token,)),
         Mistake("not_bool", "returned numbers instead of booleans",
-                "Masks are boolean (True = may attend): create the ones with `dtype=torch.bool`, or compare "
-                "positions, `key <= query`.", (_tril_of(torch.float32), _tril_of(torch.int64))),
+                "Masks are boolean (True = may attend): create the ones with `dtype=torch.bool`, or compare the "
+                "key positions with the query positions.", (_tril_of(torch.float32), _tril_of(torch.int64))),
     ),
     mutants=(
         Mutant("additive_mask", "returns nn.Transformer's additive float mask (0 and -inf)", _additive_mask),
@@ -343,13 +344,16 @@ PADDING_MASK = Exercise(
     checked="ragged lengths, an empty sequence and an unpadded one; bool masks of shape (batch, 1, seq_len)",
     mistakes=(
         Mistake("inverted", "marked the padding instead of the real tokens",
-                "True means *may attend*: True on the first lengths[b] positions, `positions < lengths`.",
+                "True means *may attend*: True on the first lengths[b] positions, the real tokens, False on the "
+                "padding.",
                 (_inverted_padding,)),
         Mistake("off_by_one", "let each sequence see one padding position too many",
-                "A sequence of length n has positions 0 … n - 1: compare with `<`, not `<=`.",
+                "A sequence of length n has positions 0 … n - 1: position n is already padding, so the comparison "
+                "must be strict.",
                 (_padding_off_by_one,)),
         Mistake("missing_query_axis", "left out the singleton query axis",
-                "Return (batch, 1, seq_len) so the mask broadcasts over the queries: index with `[:, None, :]`.",
+                "Return (batch, 1, seq_len) so the mask broadcasts over the queries: add an axis of size 1 in the "
+                "middle.",
                 (_padding_without_query_axis,)),
         Mistake("query_axis_last", "put the singleton axis last",
                 "A (batch, seq_len, 1) mask hides padding *queries*; the keys are the last axis, so the "
@@ -428,19 +432,23 @@ SLIDING_WINDOW_MASK = Exercise(
     checked="windows of 3, 1 and longer than the sequence; bool (seq_len, seq_len) masks",
     mistakes=(
         Mistake("one_too_wide", "let each position see window + 1 keys",
-                "Position t sees t - window + 1 … t, which is `window` keys: `key > query - window`.",
+                "Position t sees t - window + 1 … t, which is `window` keys: the key exactly `window` positions back "
+                "is already out.",
                 (_window_one_too_wide,)),
         Mistake("one_too_narrow", "let each position see only window - 1 keys",
-                "The window counts the position itself: t sees t - window + 1 … t, so `key > query - window`.",
+                "The window counts the position itself: t sees t - window + 1 … t, so the key at t - window + 1 is "
+                "still in.",
                 (_window_one_too_narrow,)),
         Mistake("not_causal", "let positions see the future inside the window",
-                "A sliding window is still causal: add `key <= query`.", (_window_not_causal,)),
+                "A sliding window is still causal: also require that the key does not come after the query.",
+                (_window_not_causal,)),
         Mistake("excluded_self", "left each position out of its own window",
-                "A position sees itself and the window - 1 before it: `(key <= query) & (key > query - window)`.",
+                "A position sees itself and the window - 1 before it: keep the keys from t - window + 1 up to and "
+                "including t.",
                 (_window_without_self,)),
         Mistake("window_from_the_start", "kept the first `window` positions instead of the last `window` ones",
-                "The window slides with the query: compare the key with the query's position, "
-                "`key > query - window`, not with 0.", (_window_from_the_start,)),
+                "The window slides with the query: count the window back from the query's position, not forward "
+                "from 0.", (_window_from_the_start,)),
     ),
     mutants=(
         Mutant("window_ignored", "returns the plain causal mask", _window_ignored),
@@ -539,14 +547,14 @@ PADDED_CAUSAL_ATTENTION = Exercise(
     ),
     mistakes=(
         Mistake("masks_or", "combined the two masks with | (or) instead of & (and)",
-                "True means *may attend*: a key must pass both masks, so combine them with `&`; with `|` a padded "
-                "query sees its future, and a key passes when either mask lets it.",
+                "True means *may attend*: a key must pass both masks, so combine them with and (&); with or (|) a "
+                "padded query sees its future, and a key passes when either mask lets it.",
                 (_combined_with("or"), _combined_with("plus"))),
         Mistake("causal_only", "used the causal mask alone and forgot the padding",
                 "The padded positions of a short sequence are queries too: without the padding mask they attend to "
-                "other padding. Combine with `& padding_mask(lengths, seq_len)`.", (_combined_with("causal_only"),)),
+                "other padding. Combine the causal mask with `padding_mask` too.", (_combined_with("causal_only"),)),
         Mistake("padding_only", "let the padding mask alone decide, so the causal mask is lost",
-                "A decoder must not look ahead: combine the masks, `causal_mask(seq_len) & padding_mask(...)`, and "
+                "A decoder must not look ahead: combine `causal_mask` and `padding_mask` into one mask, and "
                 "apply the result once (masking fresh scores for the second mask throws the first one away).",
                 (_combined_with("padding_only"), _combined_with("sequential"))),
         Mistake("padding_on_the_query_axis", "put the padding mask on the query axis instead of the key axis",

@@ -81,15 +81,15 @@ SPLIT_HEADS = Exercise(
     mistakes=(
         Mistake("reshape_without_transpose", "reshaped straight to (batch, n_heads, seq, d_head) without a transpose",
                 "A reshape keeps the memory order, so each 'head' gets pieces of several positions: view as "
-                "(batch, seq, n_heads, d_head) first, then `.transpose(1, 2)`.", (_split_without_transpose,)),
+                "(batch, seq, n_heads, d_head) first, then swap axes 1 and 2.", (_split_without_transpose,)),
         Mistake("heads_interleaved", "split the last axis as (d_head, n_heads), so each head takes every n-th column",
                 "Head h owns a contiguous slice of d_head columns: view as (batch, seq, n_heads, d_head), heads "
                 "outer, d_head inner.", (_split_head_axis_last,)),
         Mistake("missing_transpose", "left the head axis after the positions",
-                "Attention works on the last two axes (positions, d_head) of each head: `.transpose(1, 2)` to get "
-                "(batch, n_heads, seq, d_head).", (_split_no_transpose_at_all,)),
+                "Attention works on the last two axes (positions, d_head) of each head: swap the positions with the "
+                "heads to get (batch, n_heads, seq, d_head).", (_split_no_transpose_at_all,)),
         Mistake("transposed_wrong_axes", "transposed the positions with d_head instead of with the heads",
-                "Swap axes 1 and 2 of (batch, seq, n_heads, d_head): `.transpose(1, 2)`.",
+                "Swap axes 1 and 2 of (batch, seq, n_heads, d_head), the positions and the heads, not d_head.",
                 (_split_transposed_wrong_axes,)),
         Mistake("split_positions", "cut the sequence into n_heads chunks instead of cutting d_model",
                 "Every head sees every position with d_head of the features: split the last axis, not the positions.",
@@ -157,14 +157,14 @@ MERGE_HEADS = Exercise(
     checked="3 heads of 4, seq = n_heads, and float64: Concat(head_1, …, head_h), head 1 first",
     mistakes=(
         Mistake("reshape_without_transpose", "reshaped straight to (batch, seq, d_model) without a transpose",
-                "(batch, n_heads, seq, d_head) must first become (batch, seq, n_heads, d_head): `.transpose(1, 2)`, "
-                "then the reshape.", (_merge_without_transpose,)),
+                "(batch, n_heads, seq, d_head) must first become (batch, seq, n_heads, d_head): swap axes 1 and 2, "
+                "then reshape.", (_merge_without_transpose,)),
         Mistake("heads_interleaved", "merged the heads in the wrong order, d_head outer and heads inner",
-                "Concat puts whole heads side by side: after `.transpose(1, 2)` the last two axes are (n_heads, "
+                "Concat puts whole heads side by side: once axes 1 and 2 are swapped the last two axes are (n_heads, "
                 "d_head), which reshape to n_heads · d_head with head 1 first.", (_merge_d_head_outer,)),
         Mistake("view_after_transpose", "called `.view` on the transposed tensor",
                 "A transpose makes the tensor non-contiguous, and `view` cannot reinterpret it: use `.reshape`, or "
-                "`.contiguous().view(...)`.", (_merge_with_view,)),
+                "call `contiguous()` before `view`.", (_merge_with_view,)),
         Mistake("summed_heads", "added the heads instead of concatenating them",
                 "Concat keeps every head's d_head numbers: the output has n_heads · d_head = d_model columns.",
                 (_merge_by_sum,)),
@@ -251,24 +251,24 @@ MULTI_HEAD_FORWARD = Exercise(
     ),
     mistakes=(
         Mistake("scaled_by_sqrt_d_model", "divided the scores by √d_model instead of √d_head",
-                "Each head's dot products have d_head terms: divide by `math.sqrt(d_model // n_heads)`.",
+                "Each head's dot products have d_head terms: divide by √d_head, with d_head = d_model / n_heads.",
                 (_with(scale=lambda d_model, d_head: math.sqrt(d_model)),)),
         Mistake("forgot_w_o", "forgot the output projection W^O",
                 "MultiHead = Concat(head_1, …, head_h) W^O: multiply the merged heads by w_o.", (_with(w_o=False),)),
         Mistake("mask_not_broadcast_over_heads", "applied a (batch, query_pos, key_pos) mask without a head axis",
                 "Against scores of shape (batch, n_heads, query_pos, key_pos) the mask's batch axis lines up with the "
-                "heads: it fails, or, when batch = n_heads, masks each head with another sequence's mask. Add the "
-                "head axis: `mask.unsqueeze(1)`.", (_with(broadcast_mask=False),)),
+                "heads: it fails, or, when batch = n_heads, masks each head with another sequence's mask. Add a "
+                "head axis of size 1 at position 1 (`unsqueeze`).", (_with(broadcast_mask=False),)),
         Mistake("reshape_without_transpose", "split or merged the heads with a reshape that skips the transpose",
-                "(batch, seq, d_model) -> view (batch, seq, n_heads, d_head) -> transpose(1, 2), and the reverse to "
+                "(batch, seq, d_model) -> view (batch, seq, n_heads, d_head) -> swap axes 1 and 2, and the reverse to "
                 "merge.", (_with(split=_split_without_transpose, merge=_merge_without_transpose),
                            _with(split=_split_without_transpose), _with(merge=_merge_without_transpose))),
         Mistake("heads_merged_in_the_wrong_order", "merged the heads in the wrong order",
                 "Concat puts whole heads side by side, head 1 first: transpose to (batch, seq, n_heads, d_head), then "
                 "reshape.", (_with(merge=_merge_d_head_outer),)),
         Mistake("keys_from_the_queries", "took the keys and values from x instead of from context",
-                "In cross-attention the queries come from x, the keys and values from context: `context @ w_k`, "
-                "`context @ w_v`.", (_with(keys_from_x=True),)),
+                "In cross-attention the queries come from x, the keys and values from context: project context with "
+                "w_k and w_v.", (_with(keys_from_x=True),)),
     ),
     mutants=(
         Mutant("no_scaling", "divides the scores by nothing", _with(scale=lambda d_model, d_head: 1.0)),

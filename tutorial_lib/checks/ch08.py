@@ -176,7 +176,8 @@ COUNT_PARAMETERS = Exercise(
                 "A frozen parameter (`requires_grad=False`) is still a parameter of the model: count every one.",
                 (_trainable_only,)),
         Mistake("counted_tensors", "counted the parameter tensors instead of the numbers in them",
-                "`len(list(model.parameters()))` is the number of tensors; add up `p.numel()`.",
+                "The length of the list of `model.parameters()` is the number of tensors; add up each tensor's "
+                "`numel()` instead.",
                 (_number_of_tensors,)),
     ),
     mutants=(
@@ -364,7 +365,8 @@ GPT2_INIT = Exercise(
                 "2·n_layers residual layers, std 0.02/√(2·n_layers).",
                 (_gpt2_init_like(residual_std=lambda n_layers: 0.02 / math.sqrt(n_layers)),)),
         Mistake("forgot_square_root", "divided the std by 2·n_layers instead of its square root",
-                "Scaling the *variance* by 1/N means scaling the std by 1/√N: `0.02 / math.sqrt(2 * n_layers)`.",
+                "Scaling the *variance* by 1/N means scaling the std by 1/√N: divide 0.02 by the square root of "
+                "2·n_layers.",
                 (_gpt2_init_like(residual_std=lambda n_layers: 0.02 / (2 * n_layers)),)),
         Mistake("scaled_every_linear", "scaled every linear layer's weights, not only the residual projections",
                 "Only the two matrices that write into the residual stream, `attn.out_proj` and `ffn.down`, get "
@@ -373,7 +375,8 @@ GPT2_INIT = Exercise(
                 "The FFN writes into the residual stream through its *second* matrix, `ffn.down` (W_2): that one, "
                 "with `attn.out_proj`, gets the smaller std.", (_gpt2_init_like(residual_layers=("out_proj", "up")),)),
         Mistake("biases_not_zeroed", "left the biases at PyTorch's default values",
-                "GPT-2 starts every bias at zero: `nn.init.zeros_(module.bias)` when `module.bias is not None`.",
+                "GPT-2 starts every bias at zero: fill each linear layer's `bias` with zeros (`nn.init.zeros_`), "
+                "skipping the layers built without one.",
                 (_gpt2_init_like(zero_biases=False),)),
         Mistake("embeddings_not_initialised", "left an embedding table at its previous values",
                 "The package's `TokenEmbedding` and `LearnedPositionalEmbedding` are not `nn.Embedding`s: test for "
@@ -487,17 +490,17 @@ GPT_FORWARD = Exercise(
                 "Pre-norm blocks leave the residual stream un-normalised: apply `model.ln_final` before "
                 "`model.unembed`.", (_gpt_forward_like(final_norm=False),)),
         Mistake("no_positions", "left out the position embeddings",
-                "Without them the model cannot tell positions apart: add `model.pos_embed(seq_len)` to the token "
-                "embeddings.", (_gpt_forward_like(positions="none"),)),
+                "Without them the model cannot tell positions apart: add the output of `model.pos_embed`, for the "
+                "sequence's length, to the token embeddings.", (_gpt_forward_like(positions="none"),)),
         Mistake("positions_after_blocks", "added the position embeddings after the blocks",
                 "Positions go in at the bottom, before the first block, so that attention can use them.",
                 (_gpt_forward_like(positions="after"),)),
         Mistake("positions_from_batch_axis", "took the number of positions from the batch axis",
-                "tokens is (batch, seq): the sequence length is `tokens.shape[1]`.",
+                "tokens is (batch, seq): the sequence length is the size of its second axis, not its first.",
                 (_gpt_forward_like(positions="batch axis"),)),
         Mistake("not_causal", "ran the blocks without the causal mask",
-                "A block attends to every position unless told otherwise: call `block(x, causal=True)`, or each "
-                "position reads the tokens it is meant to predict.", (_gpt_forward_like(causal=False),)),
+                "A block attends to every position unless told otherwise: pass `causal=True` to every block, or "
+                "each position reads the tokens it is meant to predict.", (_gpt_forward_like(causal=False),)),
         Mistake("scaled_embeddings", "multiplied the token embeddings by √d_model",
                 "That is the paper's §3.4, for its encoder-decoder; GPT-2 adds the embeddings unscaled.",
                 (_gpt_forward_like(scale=True),)),
@@ -506,7 +509,7 @@ GPT_FORWARD = Exercise(
                 "the softmax themselves.", (_gpt_forward_like(output="probabilities"),)),
         Mistake("last_position_only", "returned the logits of the last position only",
                 "Training predicts the next token at every position: return all of them, (batch, seq, d_vocab); "
-                "generation takes `[:, -1]` itself.", (_gpt_forward_like(output="last"),)),
+                "generation picks out the last position itself.", (_gpt_forward_like(output="last"),)),
     ),
     mutants=(
         Mutant("skips_the_blocks", "goes from the embeddings straight to the unembedding", _skips_the_blocks),

@@ -171,26 +171,27 @@ WARMUP_COSINE_LR = Exercise(
     ),
     mistakes=(
         Mistake("no_warmup", "left out the warm-up: the cosine starts at max_lr from the first update",
-                "While `step < warmup_steps`, return `max_lr * (step + 1) / warmup_steps`, and start the cosine's "
-                "clock at `warmup_steps`.", (_no_warmup,)),
+                "For the first `warmup_steps` updates, raise the rate linearly from max_lr / warmup_steps to max_lr, "
+                "and only then start the cosine's clock.", (_no_warmup,)),
         Mistake("warmup_off_by_one", "put the warm-up one step off",
-                "Update `step` counts from 0: the first update gets `max_lr * 1 / warmup_steps` (not 0, which wastes "
-                "it) and the last warm-up update, `step = warmup_steps - 1`, reaches exactly max_lr: "
-                "`max_lr * (step + 1) / warmup_steps`.", (_warmup_from(0, 0), _warmup_from(1, 1))),
+                "Update `step` counts from 0: the first update gets max_lr / warmup_steps (not 0, which wastes it), "
+                "and the last update of the warm-up, the one just before step `warmup_steps`, reaches exactly "
+                "max_lr.", (_warmup_from(0, 0), _warmup_from(1, 1))),
         Mistake("cosine_from_step_zero", "started the cosine's clock at step 0 instead of at the end of the warm-up",
-                "After the warm-up the rate should start its descent from max_lr: "
-                "`progress = (step - warmup_steps) / (total_steps - warmup_steps)`.", (_cosine_from_step_zero,)),
+                "After the warm-up the rate should start its descent from max_lr: measure the cosine's progress from "
+                "the end of the warm-up, not from step 0.", (_cosine_from_step_zero,)),
         Mistake("never_reaches_min_lr", "divided the cosine's progress by total_steps, so it ends above min_lr",
-                "The descent lasts `total_steps - warmup_steps` updates: divide by that, so progress reaches 1 (and "
-                "the rate min_lr) at total_steps.", (_cut_short,)),
+                "The descent lasts only the updates after the warm-up, total_steps − warmup_steps of them: divide by "
+                "that, so progress reaches 1 (and the rate min_lr) at total_steps.", (_cut_short,)),
         Mistake("decays_below_min_lr", "let the cosine decay to 0 instead of to min_lr",
-                "Interpolate between the two: `min_lr + 0.5 * (max_lr - min_lr) * (1 + math.cos(math.pi * progress))`.",
+                "Interpolate between the two: the half cosine runs from max_lr at the start of the descent down to "
+                "min_lr at its end, never below it.",
                 (_to_zero(lambda min_lr: min_lr), _to_zero(lambda min_lr: 0.0))),
         Mistake("cosine_amplitude", "scaled the cosine by max_lr instead of max_lr − min_lr, so it starts above max_lr",
-                "The half cosine spans max_lr − min_lr: `min_lr + 0.5 * (max_lr - min_lr) * (1 + cos(...))`.",
+                "The half cosine spans max_lr − min_lr: scale it by that difference and add it on top of min_lr.",
                 (_amplitude_max_lr,)),
         Mistake("no_clamp_after_total", "let the cosine climb back up after total_steps",
-                "A cosine is periodic: from `step >= total_steps` on, return min_lr.", (_no_clamp,)),
+                "A cosine is periodic: from step `total_steps` on, return min_lr.", (_no_clamp,)),
     ),
     mutants=(
         Mutant("linear_decay", "decays linearly from max_lr to min_lr instead of along a half cosine", _linear_decay),
@@ -445,21 +446,23 @@ GET_BATCH = Exercise(
     ),
     mistakes=(
         Mistake("y_not_shifted", "returned the same windows as inputs and targets",
-                "Position t must predict the *next* token: `y = data[s + 1 : s + 1 + n_ctx]`.",
+                "Position t must predict the *next* token: y is the same window as x, moved one token later.",
                 (_windows_by_slicing(_correct_starts, y_shift=0),)),
         Mistake("shifted_the_wrong_way", "shifted the targets the wrong way",
-                "x is the window and y the window one token *later*: `x = data[s : s + n_ctx]`, "
-                "`y = data[s + 1 : s + 1 + n_ctx]`; y must not be the earlier one.",
+                "x is the window that begins at the drawn start and y the same window one token *later*; y must not "
+                "be the earlier one.",
                 (_swapped, _windows_by_slicing(_correct_starts, x_shift=1, y_shift=0),
                  _windows_by_slicing(_correct_starts, y_shift=-1))),
         Mistake("runs_past_the_end", "drew starts whose target window runs past the end of the data",
                 "x and y together span n_ctx + 1 tokens, so the last valid start is len(data) − n_ctx − 1: "
-                "`torch.randint(len(data) - n_ctx, ...)` draws exactly the valid ones.",
+                "`torch.randint` never draws its upper bound, and a bound of len(data) − n_ctx gives exactly the "
+                "valid starts.",
                 (_windows_by_slicing(_one_too_many), _windows_by_indexing(_one_too_many),
                  _windows_by_slicing(_whole_length), _windows_by_indexing(_whole_length))),
         Mistake("misses_the_last_window", "never drew the last valid window",
-                "`torch.randint(high, ...)` draws 0 … high − 1, so `high = len(data) - n_ctx` already excludes the "
-                "windows that would run past the end.", (_windows_by_slicing(_one_too_few),)),
+                "`torch.randint` draws from 0 up to one less than its upper bound, so a bound of len(data) − n_ctx "
+                "already excludes the windows that would run past the end: subtract nothing more.",
+                (_windows_by_slicing(_one_too_few),)),
     ),
     mutants=(
         Mutant("separate_draws", "draws the starts of y separately from those of x", _separate_draws),

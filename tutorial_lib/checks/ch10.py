@@ -131,15 +131,15 @@ SAMPLE = Exercise(
     ),
     mistakes=(
         Mistake("temperature_after_softmax", "applied the temperature to the probabilities instead of the logits",
-                "Divide the logits before the softmax: `torch.softmax(logits / temperature, dim=-1)`. Probabilities "
+                "Divide the logits by the temperature, then take the softmax over the vocabulary. Probabilities "
                 "divided by T are renormalised by the sampler, so T changes nothing; a second softmax of them is "
                 "almost uniform.", (_temperature_on_probabilities(False), _temperature_on_probabilities(True))),
         Mistake("multiplied_by_temperature", "multiplied the logits by T instead of dividing",
                 "softmax(logits / T): a small T must make the largest logit dominate, so divide.",
                 (_multiplied_by_temperature,)),
         Mistake("zero_temperature_not_greedy", "did not treat T = 0 as greedy decoding",
-                "T → 0 puts all the mass on the largest logit, but `logits / 0` is inf or NaN and `if temperature:` "
-                "skips the division: test `temperature == 0` first and return `logits.argmax(dim=-1)`.",
+                "T → 0 puts all the mass on the largest logit, but dividing by 0 gives inf or NaN, and skipping the "
+                "division when T is 0 samples at T = 1: check for 0 first and return each row's `argmax`.",
                 (_zero_skips_temperature, _zero_divides)),
         Mistake("sampled_logits", "passed the logits to torch.multinomial as if they were probabilities",
                 "torch.multinomial wants non-negative weights: take the softmax of the scaled logits first.",
@@ -231,21 +231,23 @@ TOP_K = Exercise(
     mistakes=(
         Mistake("dropped_ties", "kept exactly k tokens, dropping those tied with the k-th",
                 "Tokens with the same logit are equally likely; keeping some of them depends on their order in the "
-                "vocabulary. Compare values, not positions: `logits < kth` → -inf.", (_top_k_by_index,)),
+                "vocabulary. Compare values, not positions: every logit below the k-th largest value becomes -inf.",
+                (_top_k_by_index,)),
         Mistake("kept_k_minus_one", "kept k - 1 tokens",
-                "Drop the logits strictly below the k-th largest (`<`, not `<=`): the k-th itself stays.",
+                "Drop only the logits strictly below the k-th largest, not those equal to it: the k-th itself stays.",
                 (_top_k_sorted_index(0, strict=True),)),
         Mistake("kept_k_plus_one", "kept k + 1 tokens",
-                "Indices count from 0: the k-th largest value is `sorted_logits[:, k - 1]`, not `[:, k]`.",
+                "Indices count from 0: the k-th largest value sits at index k − 1 of the sorted logits, not at "
+                "index k.",
                 (_top_k_sorted_index(1, strict=False),)),
         Mistake("filled_with_zero", "set the dropped logits to 0 instead of -inf",
                 "A logit of 0 still has probability e⁰ / Σ after the softmax; only -inf gives probability 0.",
                 (_top_k_fill(0.0),)),
         Mistake("returned_probabilities", "returned probabilities with zeros instead of logits with -inf",
                 "The filters work on logits, so that temperature, top-k and top-p compose and the softmax comes "
-                "last: return `logits.masked_fill(logits < kth, float('-inf'))`.", (_top_k_probabilities,)),
+                "last: return the logits themselves, with -inf in place of the dropped ones.", (_top_k_probabilities,)),
         Mistake("k_larger_than_vocabulary", "let k exceed the vocabulary",
-                "torch.topk refuses k > d_vocab; clamp it first: `top_k = min(top_k, logits.shape[-1])`.",
+                "torch.topk refuses k > d_vocab; first clamp k to the size of the logits' last axis.",
                 (_top_k_unclamped,)),
     ),
     mutants=(
@@ -343,22 +345,24 @@ TOP_P = Exercise(
     mistakes=(
         Mistake("dropped_the_top_token", "dropped the most likely token when it alone exceeds top_p",
                 "The nucleus is never empty: the most likely token always stays. Decide on the probability mass "
-                "*before* each token (`cumsum - probs >= top_p`), or force `drop[..., 0] = False`.",
+                "*before* each token, its own probability left out, or always keep the first of the sorted tokens.",
                 (_top_p_unshifted(force_first=False), _top_p_shifted(boundary_kept=True, force_first=False),
                  _top_p_shifted(boundary_kept=False, force_first=False))),
         Mistake("one_token_too_few", "dropped the token that makes the sum reach top_p",
                 "The nucleus must *reach* top_p: keep the token that crosses it. Drop a token only when the tokens "
-                "before it already reach top_p: `cumsum - probs >= top_p`.", (_top_p_unshifted(force_first=True),)),
+                "before it already reach top_p, that is when the cumulative sum without its own probability does.",
+                (_top_p_unshifted(force_first=True),)),
         Mistake("one_token_too_many", "kept one token too many when the sum reaches top_p exactly",
-                "Once the kept tokens reach top_p the nucleus is complete: drop the next one when the mass before it "
-                "is `>= top_p`, not only when it is `> top_p`.",
+                "Once the kept tokens reach top_p the nucleus is complete: drop the next one as soon as the mass "
+                "before it equals top_p, not only when it exceeds it.",
                 (_top_p_shifted(boundary_kept=True, force_first=True),)),
         Mistake("not_sorted", "summed the probabilities in vocabulary order without sorting them",
-                "The nucleus is made of the *most likely* tokens: sort in descending order before the cumulative "
-                "sum, `torch.sort(logits, dim=-1, descending=True)`.", (_top_p_unsorted,)),
+                "The nucleus is made of the *most likely* tokens: sort the logits in descending order "
+                "(`descending=True`) before the cumulative sum.", (_top_p_unsorted,)),
         Mistake("left_in_sorted_order", "returned the logits in sorted order",
                 "The filtered logits must stay in vocabulary order, as the sampler indexes tokens by position: "
-                "scatter the sorted decision back, `drop.scatter(-1, order, drop)`.", (_top_p_sorted_order,)),
+                "scatter the decision made in sorted order back to each token's own position (`scatter`).",
+                (_top_p_sorted_order,)),
     ),
     mutants=(
         Mutant("cumsum_of_logits", "sums the sorted logits instead of their probabilities", _top_p_cumsum_of_logits),
@@ -458,13 +462,14 @@ KV_CACHE_ATTENTION = Exercise(
                 "first, then attend to everything it holds.", (_attend_before_appending,)),
         Mistake("no_mask_for_the_chunk", "used no causal mask for a chunk of several new positions",
                 "One new token may see every key, but in a chunk the first new position must not see the ones "
-                "after it: mask with `causal_mask(n_new, n_past=n_past)`.", (_no_mask,)),
+                "after it: mask with `causal_mask`, offset by the number of cached positions (`n_past`).", (_no_mask,)),
         Mistake("mask_not_offset", "built the causal mask as if the new positions came first, without the n_past "
                 "offset", "New query i is position n_past + i: it sees every cached key and new keys up to itself. "
-                "`causal_mask(n_new, n_past=n_past)` shifts the diagonal by n_past.",
+                "Give `causal_mask` the number of cached positions as `n_past`: it shifts the diagonal by that many.",
                 (_mask_from_top_left, _mask_for_new_positions_only)),
         Mistake("new_keys_first", "put the new keys and values before the cached ones",
-                "The cache holds positions in order: `torch.cat([past_k, k], dim=-2)`, past first.",
+                "The cache holds positions in order: concatenate along the sequence axis, the cached keys and values "
+                "first, the new ones after them.",
                 (_new_keys_first,)),
     ),
     mutants=(
@@ -553,16 +558,19 @@ CACHED_FORWARD = Exercise(
     mistakes=(
         Mistake("positions_from_zero", "numbered the new tokens' positions from 0 instead of from cache.length",
                 "The new tokens are positions cache.length, cache.length + 1, …: "
-                "`model.pos_embed(tokens.shape[1], cache.length)`, read before the blocks append to the cache.",
+                "pass `cache.length` to `model.pos_embed` as its `offset`, read before the blocks append to the "
+                "cache.",
                 (_forward_with(offset_from_cache=False),)),
         Mistake("cache_not_passed", "did not pass the cache to the blocks",
-                "Without it every call sees only its own tokens: `block(x, causal=True, cache=cache[i])`.",
+                "Without it every call sees only its own tokens: hand each block its own layer's entry of the cache, "
+                "as its `cache` argument.",
                 (_forward_with(pass_cache=False),)),
         Mistake("not_causal", "left out causal=True",
-                "Within a chunk (and the prompt) a position must not see the ones after it: `block(x, causal=True, "
-                "cache=cache[i])` masks them, offset by the cached positions.", (_forward_with(causal=False),)),
+                "Within a chunk (and the prompt) a position must not see the ones after it: `causal=True`, passed to "
+                "every block, masks them, offset by the cached positions.", (_forward_with(causal=False),)),
         Mistake("no_final_norm", "left out the final LayerNorm",
-                "The cached forward is the same computation as `model(tokens)`: `model.unembed(model.ln_final(x))`.",
+                "The cached forward is the same computation as the model's own forward: apply `model.ln_final` "
+                "before `model.unembed`.",
                 (_forward_with(final_norm=False),)),
     ),
     mutants=(
@@ -657,7 +665,8 @@ GENERATE = Exercise(
                 "the newest token (`next_token`, shape (batch, 1)).", (_generate_like(feed="all"),)),
         Mistake("no_cache", "fed only the newest token but without a KV cache, so the model forgot the context",
                 "Feeding one token is only right because the cache holds the rest: create it with "
-                "`model.make_kv_cache(batch)` and pass `cache=` at every step.", (_generate_like(cache=False),)),
+                "`model.make_kv_cache` before the first step and pass it as the `cache` argument at every step.",
+                (_generate_like(cache=False),)),
         Mistake("filtered_before_temperature", "applied top-p before the temperature",
                 "The temperature reshapes the distribution first, and the nucleus is taken from the reshaped one: "
                 "divide by T, then filter with top-p.", (_generate_like(temperature="after"),)),
@@ -666,11 +675,12 @@ GENERATE = Exercise(
                 "Divide the *logits* by the temperature, before the softmax.",
                 (_generate_like(temperature="none"), _generate_like(temperature="probabilities"))),
         Mistake("top_p_not_applied", "sampled from the whole distribution, without the top-p filter",
-                "Filter the tempered logits with top-p (`top_p_filter(logits, top_p)`) before the softmax.",
+                "Filter the tempered logits with top-p (`top_p_filter`) before the softmax.",
                 (_generate_like(top_p=False),)),
         Mistake("first_position_logits", "took the logits of the first position of each step's input instead of the last",
-                "The next token is predicted at the last position: `model(...)[:, -1]`. (From the second step on "
-                "there is one position, so only the first token goes wrong.)", (_generate_like(position=0),)),
+                "The next token is predicted at the last position: take the logits of the last position of the "
+                "model's output. (From the second step on there is one position, so only the first token goes "
+                "wrong.)", (_generate_like(position=0),)),
         Mistake("returned_new_tokens_only", "returned only the new tokens, without the prompt",
                 "Return the whole sequence, the prompt followed by the new tokens, as `generate` does.",
                 (_generate_like(returned="new"),)),

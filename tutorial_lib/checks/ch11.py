@@ -208,7 +208,7 @@ REMOVE_ATTENTION = Exercise(
         Mistake("identity_inside_residual", "replaced the attention by a module that returns its input, inside its "
                 "residual connection",
                 "The residual connection is still there: a pre-norm block then computes x + Norm(x), a post-norm one "
-                "Norm(x + x). Replace the residual connection too (`block.attn_residual = Skip()`), so the stream "
+                "Norm(x + x). Replace the residual connection `block.attn_residual` too, by a `Skip`, so the stream "
                 "passes unchanged.", (_attention_returns_input, _attention_is_identity)),
         Mistake("first_block_only", "removed the attention of the first block only",
                 "Loop over every block of `model.blocks`, and do not `return` inside the loop.",
@@ -329,8 +329,8 @@ BLOCK_GRADIENT_NORMS = Exercise(
                 "Read `p.grad`, not `p`: the probe asks how much each block would change, not how large it is.",
                 (_probe_like(what="weights"),)),
         Mistake("sum_of_norms", "added up the norms of the block's tensors instead of taking the norm of all of them",
-                "The norm over all the block's parameters is the square root of the sum of their squared entries: "
-                "`sqrt(sum((g ** 2).sum() for g in grads))`, not `sum(g.norm() for g in grads)`.",
+                "The norm over all the block's parameters is the square root of the sum of all their squared "
+                "entries, pooled over every tensor; adding up each tensor's own norm gives a larger number.",
                 (_probe_like(combine="sum_of_norms"),)),
         Mistake("mean_absolute_gradient", "averaged the absolute gradient entries instead of taking their norm",
                 "A mean depends on how many parameters the block has; ‖g‖₂ = sqrt(Σ g²) does not divide by it.",
@@ -339,8 +339,8 @@ BLOCK_GRADIENT_NORMS = Exercise(
                 "Every parameter of the block counts: iterate over `block.parameters()` without filtering on `p.dim()`.",
                 (_probe_like(matrices_only=True),)),
         Mistake("summed_loss", "used the summed cross-entropy instead of the mean",
-                "`F.cross_entropy(..., reduction='sum')` multiplies every gradient by batch · seq; the probe uses the "
-                "mean loss, as training does.", (_probe_like(reduction="sum"),)),
+                "With `reduction='sum'` every gradient is multiplied by batch · seq; the probe uses "
+                "`F.cross_entropy`'s default mean loss, as training does.", (_probe_like(reduction="sum"),)),
     ),
     mutants=(
         Mutant("reversed_blocks", "lists the blocks from the last to the first", _probe_reversed),
@@ -495,8 +495,8 @@ WITHIN_NOISE = Exercise(
         Mistake("baseline_sigma", "compared the row's mean with k·σ of the baseline's seeds, not the paired differences "
                 "with their interval",
                 "σ of the baseline holds the seed effect that the row shares; a row and the baseline trained with the "
-                "same seed move together. Subtract seed by seed, `row[i] - baseline_losses[i]`, and build the interval "
-                "of those differences.", (_noise_baseline_sigma,)),
+                "same seed move together. Subtract seed by seed, each loss of the row minus the baseline's loss of the "
+                "same seed, and build the interval of those differences.", (_noise_baseline_sigma,)),
         Mistake("unpaired", "compared the two sets of runs as independent samples instead of pairing them by seed",
                 "Seed i of the row and seed i of the baseline share their initial weights and batches: their "
                 "difference cancels what the seed does. Take the differences seed by seed and one interval of them; "
@@ -504,10 +504,10 @@ WITHIN_NOISE = Exercise(
                 (_noise_like(paired=False), _noise_like(centre="mean"))),
         Mistake("z_quantile", "used the normal quantile 1.96 instead of Student's t on n − 1 degrees of freedom",
                 "With 3 or 5 seeds the standard deviation is itself uncertain: the 95% quantile is 4.30 (n = 3) or 2.78 "
-                "(n = 5), `t_quantile(0.5 + confidence / 2, n - 1)`, not 1.96.", (_noise_like(quantile="z"),)),
+                "(n = 5), from `t_quantile` with n − 1 degrees of freedom, not 1.96.", (_noise_like(quantile="z"),)),
         Mistake("one_sided_quantile", "took the t quantile at `confidence` instead of (1 + confidence) / 2",
-                "A two-sided 95% interval leaves 2.5% in each tail: the quantile is `t_quantile(0.5 + confidence / 2, "
-                "n - 1)`.", (_noise_like(sides="one"),)),
+                "A two-sided 95% interval leaves 2.5% in each tail: ask `t_quantile` for the 97.5% point, "
+                "(1 + confidence) / 2, not for `confidence` itself.", (_noise_like(sides="one"),)),
         Mistake("degrees_of_freedom_n", "gave the t quantile n degrees of freedom instead of n − 1",
                 "The standard deviation of n differences uses up one degree of freedom for their mean: n − 1.",
                 (_noise_like(df_offset=0),)),
@@ -517,7 +517,7 @@ WITHIN_NOISE = Exercise(
                 "From a few seeds, dividing by n underestimates the spread: use `statistics.stdev` (n − 1), not "
                 "`statistics.pstdev` or `np.std` with its default ddof=0.", (_noise_like(spread="population"),)),
         Mistake("whole_baseline", "paired a row of fewer seeds with all of the baseline's seeds",
-                "A row of 3 seeds pairs with the baseline's seeds 0, 1 and 2: `baseline_losses[:len(row)]`. `zip` "
+                "A row of 3 seeds pairs with the baseline's seeds 0, 1 and 2 only, as many as the row has. `zip` "
                 "stops at the shorter sequence, but a mean or a spread of the whole baseline does not.",
                 (_noise_like(centre="mean", cap_row=False), _noise_like(paired=False, cap_row=False))),
     ),
@@ -637,24 +637,24 @@ BUILD_ABLATED_MODEL = Exercise(
     ),
     mistakes=(
         Mistake("config_change_ignored", "built the model from `model_cfg` without the change's configuration fields",
-                "A change such as one_head is nothing but its fields: build from `model_cfg.replace(**change.model)`, "
-                "and hand that configuration to the change's own builder too.",
+                "A change such as one_head is nothing but its fields: apply `change.model` to `model_cfg` with its "
+                "`replace` method, and hand that configuration to the change's own builder too.",
                 (_build_like(replace=False), _build_like(replace_for_build=False))),
         Mistake("surgery_skipped", "never applied the change's surgery",
-                "A change such as no_ffn edits the built model: call `change.surgery(model)` when it is not None.",
+                "A change such as no_ffn edits the built model: call `change.surgery` on it when it is not None.",
                 (_build_like(surgery="skip"),)),
         Mistake("seeded_after_building", "drew the initial weights before seeding the global generator (or never "
                 "seeded it)",
-                "GPT's initialisation draws from torch's global generator when the model is built: call "
-                "`torch.manual_seed(seed)` just before building, so that a row and the baseline of one seed start from "
-                "the same draws. A `torch.Generator` of your own is never read by `nn.Linear`.",
+                "GPT's initialisation draws from torch's global generator when the model is built: seed it with "
+                "`torch.manual_seed` and the run's seed just before building, so that a row and the baseline of one "
+                "seed start from the same draws. A `torch.Generator` of your own is never read by `nn.Linear`.",
                 (_build_like(seed_when="after"), _build_like(seed_when="never"), _build_like(seed_when="generator"))),
         Mistake("builder_ignored", "built a GPT even when the change brings its own model class",
-                "`change.build`, when it is not None, replaces `GPT`: `model = change.build(cfg)`.",
+                "`change.build`, when it is not None, replaces `GPT`: call it with the configuration to get the model.",
                 (_build_like(builder=False),)),
         Mistake("surgery_result_assigned", "assigned what the surgery returns to the model",
-                "A surgery edits the model in place and returns None: call `change.surgery(model)` on its own line and "
-                "keep `model`.", (_build_like(surgery="assign"),)),
+                "A surgery edits the model in place and returns None: call `change.surgery` without assigning its "
+                "result, and keep `model`.", (_build_like(surgery="assign"),)),
     ),
     mutants=(
         Mutant("seed_fixed_zero", "seeds with 0 whatever the seed", _build_like(fixed_seed=0)),

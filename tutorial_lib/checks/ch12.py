@@ -100,20 +100,21 @@ ROPE_TABLES = Exercise(
                 (_tables_like(two_i=False),)),
         Mistake("interleaved_layout", "laid the angles out interleaved, θ_0, θ_0, θ_1, θ_1 and so on, instead of in halves",
                 "The paper and Meta's code pair dimensions (2i, 2i + 1); this book and Hugging Face pair (i, i + d/2), "
-                "whose tables hold the d_head/2 angles twice, side by side: `torch.cat([angles, angles], dim=-1)`, not "
-                "`repeat_interleave(2)`. Mixing the two layouts makes the rotation something else.",
+                "whose tables hold the d_head/2 angles twice, the whole row and then the whole row again along the "
+                "last axis, not each angle twice in place as `repeat_interleave` does. Mixing the two layouts makes "
+                "the rotation something else.",
                 (_tables_like(layout="interleaved"),)),
         Mistake("angles_not_duplicated", "returned one angle per pair, (n_ctx, d_head/2), without repeating them",
                 "Both dimensions of a pair are multiplied by the same cos and sin: the tables have d_head columns, the "
                 "d_head/2 angles written twice.", (_tables_like(duplicate=False),)),
         Mistake("positions_from_one", "numbered the positions from 1 instead of 0",
                 "The first token is at position 0 and is not rotated at all: row 0 of cos is all ones, of sin all "
-                "zeros. `torch.arange(n_ctx)`.", (_tables_like(start=1),)),
+                "zeros. The positions run from 0 to n_ctx − 1.", (_tables_like(start=1),)),
         Mistake("positive_exponent", "computed base^(+2i/d_head), frequencies that grow instead of shrink",
                 "θ_i = base^(-2i/d_head): pair 0 turns by 1 radian per position and every later pair more slowly, "
                 "down to about 1/base.", (_tables_like(sign=1), _tables_like(sign=1, dtype=torch.float64))),
         Mistake("cos_sin_swapped", "returned (sin, cos) instead of (cos, sin)",
-                "Return the cosine table first: `return angles.cos(), angles.sin()`.", (_tables_like(swap=True),)),
+                "Return the cosine table first and the sine table second, in that order.", (_tables_like(swap=True),)),
     ),
     mutants=(
         Mutant("d_minus_2", "divides by d_head - 2 so that the last pair is exactly 1/base", _tables_d_minus_2),
@@ -205,8 +206,8 @@ APPLY_ROPE = Exercise(
                 "the tables. Otherwise every generated token is rotated as position 0 and the model loses its place.",
                 (_apply_like(rows="start"),)),
         Mistake("one_position_for_all", "rotated every token by the angles of position `offset`",
-                "`cos[offset]` is right only for one token at a time; a block of seq tokens needs the rows "
-                "`cos[offset : offset + seq]`, one position each.", (_apply_like(rows="single"),)),
+                "Row `offset` alone is right only for one token at a time; a block of seq tokens needs the seq rows "
+                "that start at `offset`, one position each.", (_apply_like(rows="single"),)),
         Mistake("interleaved_pairs", "rotated interleaved pairs (2i, 2i + 1) with tables laid out in halves",
                 "The tables pair dimension i with i + d_head/2 (the halves layout): rotate_half must exchange the two "
                 "halves, [-x2, x1], not neighbouring dimensions. Mixing the layouts turns each pair by two different "
@@ -436,9 +437,9 @@ REPEAT_KV = Exercise(
     mistakes=(
         Mistake("tiled_heads", "tiled the heads with `repeat` (head h reads head h % n_kv_heads) instead of repeating "
                 "each head in place with `repeat_interleave`",
-                "`x.repeat(1, n_rep, 1, 1)` writes the whole stack of heads n_rep times, [k0, k1, k0, k1]; grouped-"
-                "query attention gives each key/value head n_rep consecutive query heads, [k0, k0, k1, k1]: "
-                "`x.repeat_interleave(n_rep, dim=1)`. The shapes agree, so nothing raises, but a checkpoint trained "
+                "`repeat` writes the whole stack of heads n_rep times, [k0, k1, k0, k1]; grouped-query attention "
+                "gives each key/value head n_rep consecutive query heads, [k0, k0, k1, k1], as `repeat_interleave` "
+                "does along `dim=1`. The shapes agree, so nothing raises, but a checkpoint trained "
                 "with consecutive groups (LLaMA's, Hugging Face's) pairs every query head with the wrong keys.",
                 (_repeat_tiled, _repeat_concatenated, _repeat_expanded_in_front)),
         Mistake("repeated_positions", "repeated along the sequence axis instead of the head axis",
@@ -449,10 +450,10 @@ REPEAT_KV = Exercise(
                 (_repeat_d_head,)),
         Mistake("repeated_n_kv_heads_times", "repeated each head n_kv_heads times instead of n_rep times",
                 "n_rep = n_heads / n_kv_heads is the size of a group, the number of query heads that share one "
-                "key/value head; `x.shape[1]` is the number of key/value heads, another number unless the two happen "
-                "to be equal.", (_repeat_by_n_kv_heads,)),
+                "key/value head; the size of x's axis 1 is the number of key/value heads, another number unless the "
+                "two happen to be equal.", (_repeat_by_n_kv_heads,)),
         Mistake("group_axis_not_merged", "expanded a group axis but did not merge it into the head axis",
-                "After `x[:, :, None].expand(batch, n_kv_heads, n_rep, seq, d_head)` the result is 5-D; reshape it to "
+                "Inserting a group axis and expanding it to n_rep leaves a 5-D result; reshape it to "
                 "(batch, n_kv_heads · n_rep, seq, d_head), so that the query heads find their keys on axis 1.",
                 (_repeat_not_merged,)),
     ),

@@ -118,18 +118,18 @@ ONLINE_SOFTMAX = Exercise(
     mistakes=(
         Mistake("sum_not_rescaled", "did not rescale the running sum when the maximum grew",
                 "l holds Σ exp(x_j - m_old): when the maximum rises to m_new, multiply it by exp(m_old - m_new) "
-                "before adding the new block's terms, `l = l * torch.exp(m - m_new) + ...`.",
+                "before adding the new block's terms, themselves taken relative to m_new.",
                 (_online_softmax_like(rescale=False),)),
         Mistake("no_maximum_subtracted", "summed exp(x) without subtracting a maximum",
                 "exp(1000) overflows float32 to inf, and inf / inf is NaN: keep the running maximum m and sum "
                 "exp(x - m), which is never above 1.", (_online_softmax_like(subtract_max=False),)),
         Mistake("block_maximum_not_running", "kept each block's own maximum instead of the running maximum",
-                "m must be the largest score seen so far, `torch.maximum(m, block.max(dim=-1).values)`: with the "
+                "m must be the largest score seen so far, the larger of the old m and this block's maximum: with the "
                 "last block's maximum, a score of 200 seen earlier gives exp(200 - m) = inf at the end.",
                 (_online_softmax_like(running_max=False),)),
         Mistake("dropped_partial_block", "left out the last, partial block",
-                "`range(0, n, block_size)` visits every block, the last one shorter when block_size does not "
-                "divide n; `range(0, n // block_size * block_size, block_size)` skips it.",
+                "Start a block at every multiple of block_size below n, so that the last one comes too, shorter when "
+                "block_size does not divide n; stopping after the last whole block skips it.",
                 (_online_softmax_like(blocks="whole"),)),
     ),
     mutants=(
@@ -252,13 +252,14 @@ TILE_UPDATE = Exercise(
                 "this tile's terms (taken relative to m_new).", (_tile_like(rescale_l=False, rescale_acc=False),)),
         Mistake("causal_boundary_off_by_one", "put the causal boundary of the tile one key off",
                 "Query i sees keys 0 … i, itself included: keep key k_start + c when k_start + c <= q_start + r "
-                "(`<=`, not `<`, and no + 1).", (_tile_like(boundary="<"), _tile_like(boundary="<=+1"))),
+                "(less than or equal, not strictly less, and no + 1).",
+                (_tile_like(boundary="<"), _tile_like(boundary="<=+1"))),
         Mistake("tile_local_positions", "built the causal mask from positions inside the tile",
                 "A tile's row r is query q_start + r and its column c is key k_start + c: a `tril` of the tile is "
                 "right only on the diagonal. Compare absolute positions.", (_tile_like(positions="tile"),)),
         Mistake("no_causal_mask", "left out the causal mask",
                 "Tiles on the diagonal hold future keys: hide key k_start + c from query q_start + r when it comes "
-                "later, `scores.masked_fill(key > query, float('-inf'))`.", (_tile_like(masked=False),)),
+                "later, by setting its score to -inf before the exponentials.", (_tile_like(masked=False),)),
     ),
     mutants=(
         Mutant("old_maximum_kept", "shifts by the old maximum and never updates it", _tile_old_maximum),
@@ -380,7 +381,8 @@ BANDED_ATTENTION = Exercise(
                 "query's window of keys (pad, then `unfold`) and compute only seq × window scores.",
                 (_band_full_matrix,)),
         Mistake("not_scaled", "forgot to divide the scores by √d_k",
-                "The band's scores are the same dot products as Eq. (1): divide by `math.sqrt(q.shape[-1])`.",
+                "The band's scores are the same dot products as Eq. (1): divide them by √d_k, where d_k is "
+                "the size of q's last axis.",
                 (_band_like(scale=False),)),
     ),
     mutants=(
@@ -454,8 +456,8 @@ LINEAR_ATTENTION = Exercise(
                 "similarities, φ(q_i)·Σ_{j≤i} φ(k_j), plus eps. Without it the output grows with the position.",
                 (_linear_like(normalise=False),)),
         Mistake("not_causal", "summed over every position instead of the positions up to i",
-                "Causal attention sees the past only: running (cumulative) sums, `cumsum(dim=...)` over the "
-                "positions, not totals.", (_linear_like(causal=False),)),
+                "Causal attention sees the past only: running (cumulative) sums over the positions, as `cumsum` "
+                "gives along the sequence axis, not totals.", (_linear_like(causal=False),)),
         Mistake("excluded_current_position", "left position i out of its own running sums",
                 "Position i sees keys 0 … i, itself included, as with the causal mask: add φ(k_i) v_iᵀ to the state "
                 "before reading it with q_i.", (_linear_like(include_self=False),)),
@@ -726,7 +728,8 @@ TILED_ATTENTION = Exercise(
     ),
     mistakes=(
         Mistake("not_normalised", "returned the accumulator without dividing it by the running sum",
-                "acc holds Σ e^(s - m) v, the numerator of the softmax's weighted sum: the output is `acc / l`.",
+                "acc holds Σ e^(s - m) v, the numerator of the softmax's weighted sum: divide it by the running "
+                "sum l.",
                 (_tiled_like(normalise=False),)),
         Mistake("state_carried_over", "carried the running state (m, l, acc) from one block of queries to the next",
                 "Each query's state starts empty: create m = -inf, l = 0 and acc = 0 inside the loop over query blocks, "

@@ -149,13 +149,12 @@ MASK_TOKENS = Exercise(
     mistakes=(
         Mistake("special_tokens_chosen", "let special tokens be chosen",
                 "[CLS], [SEP] and [PAD] carry no word to predict, and [MASK] must not be masked again: chosen tokens "
-                "are drawn among the ordinary ones only (`chosen &= ~is_special`).",
+                "are drawn among the ordinary ones only (clear `chosen` wherever the token is special).",
                 (_masking_like(exclude_special=False),)),
         Mistake("random_from_whole_vocabulary", "drew the random replacements from the whole vocabulary, special "
                 "tokens included",
-                "A random replacement must look like text: draw an index into the ordinary ids, "
-                "`ordinary_ids[torch.randint(len(ordinary_ids), tokens.shape, generator=generator)]`, never [CLS], "
-                "[SEP], [PAD] or [MASK].", (_masking_like(draw_from="vocabulary"),)),
+                "A random replacement must look like text: draw an index into the ordinary ids and take the id "
+                "there, never [CLS], [SEP], [PAD] or [MASK].", (_masking_like(draw_from="vocabulary"),)),
         Mistake("rule_applied_to_every_token", "applied the 80/10/10 rule to every token instead of the chosen 15%",
                 "First choose 15% of the ordinary tokens; only those are replaced (80% by [MASK], 10% by a random "
                 "token, 10% kept). The other 85% of the input is left as it is.",
@@ -284,17 +283,18 @@ MLM_LOSS = Exercise(
     mistakes=(
         Mistake("every_position", "averaged the loss over every position",
                 "Only the chosen positions are predictions: the 85% of words the model can see would teach it to copy "
-                "its input. Keep `logits[chosen]` and `targets[chosen]`.",
+                "its input. Keep the logits and the targets at the chosen positions only.",
                 (_every_position, _every_position_transposed)),
         Mistake("unchosen_counted_as_zero", "zeroed the unchosen positions and averaged over all of them",
                 "Multiplying by the mask is right, but then divide by the number of chosen positions "
-                "(`chosen.sum()`), not by every position: `(losses * chosen).mean()` shrinks the loss by the share "
+                "(`chosen.sum()`), not by every position: a mean over all of them shrinks the loss by the share "
                 "chosen.", (_times_mask_mean, _times_mask_over_numel)),
         Mistake("summed", "summed the chosen positions' losses instead of averaging them",
                 "Average over the chosen positions (`.mean()`, or divide by `chosen.sum()`): a sum grows with the "
                 "batch and the learning rate would have to follow it.", (_summed, _summed_selected)),
         Mistake("unchosen_positions", "took the positions that were not chosen",
-                "`chosen` is True where a token was chosen for prediction: keep `logits[chosen]`, not `~chosen`.",
+                "`chosen` is True where a token was chosen for prediction: keep the logits where it is True, not "
+                "where it is False.",
                 (_unchosen,)),
         Mistake("mean_per_sequence", "averaged within each sequence, then over the sequences",
                 "Every chosen position weighs the same, whichever sequence it is in: one mean over all of them. Per "
@@ -410,13 +410,13 @@ NSP_PAIRS = Exercise(
                 (_pairs_like(labels=(1, 0)),)),
         Mistake("random_index_not_moved", "used the random index as it was drawn, without moving it past A and its "
                 "next line",
-                "`torch.randint(n - 2, ...)` draws among n − 2 lines: the lines other than A and its next line. Map "
-                "the draw onto them: `j + 2` when `j >= i`, so that a 'random' B is never A itself or the true next "
+                "The draw among n − 2 lines stands for the lines other than A and its next line. Map it onto them: "
+                "move a draw at or past i on by 2, so that a 'random' B is never A itself or the true next "
                 "line (which would be labelled NotNext while it follows A).", (_pairs_like(draw="raw"),)),
         Mistake("random_from_every_line", "drew the random line among all n lines",
                 "A random line drawn among all the lines can be A itself or the line that follows it, and that pair "
-                "would be labelled NotNext: draw among the n − 2 others (`torch.randint(n - 2, ...)`, then `+ 2` "
-                "when `j >= i`).", (_pairs_like(draw="any"),)),
+                "would be labelled NotNext: draw among the n − 2 others, then move a draw at or past i on by 2.",
+                (_pairs_like(draw="any"),)),
         Mistake("pair_for_the_last_line", "made a pair for the last line too, wrapping round to the first line",
                 "The last line has no next line: there are n − 1 pairs, for i in range(n − 1), and n − 1 coins.",
                 (_pairs_like(last="wrap"),)),
@@ -600,8 +600,8 @@ FINE_TUNE_STEP = Exercise(
                 "`backward()` adds to `.grad`: call `optimizer.zero_grad()` first, since a model handed over after a "
                 "step (or a probe) still holds its gradients.", (_step_like(zero_grad="never"),)),
         Mistake("padding_not_masked", "let every token attend to the padding",
-                "The shorter pairs are padded to the batch's longest: pass `mask=padding_mask(batch.lengths, seq)`, "
-                "so that no token, [CLS] included, reads the padding.", (_step_like(mask=False),)),
+                "The shorter pairs are padded to the batch's longest: pass a `mask` built by `padding_mask` from "
+                "`batch.lengths`, so that no token, [CLS] included, reads the padding.", (_step_like(mask=False),)),
         Mistake("segments_left_out", "left out the segment ids, so that every token is in sentence A",
                 "BERT adds a segment embedding that tells A from B: pass `batch.segments` as the second argument.",
                 (_step_like(segments=False),)),

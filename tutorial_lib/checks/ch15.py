@@ -26,7 +26,6 @@ import math
 import numbers
 import queue
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +44,10 @@ from tutorial_lib.training import language_model_loss
 
 RECV_TIMEOUT = 1.0  # seconds a rank waits for a message before the check calls it a deadlock (a rank computes
 # for microseconds between two messages)
+
+
+class Deadlock(RuntimeError):
+    """A rank waited for a message that never came."""
 
 
 @dataclass
@@ -79,7 +82,7 @@ class _Network:
             try:
                 return self.channels[from_rank, rank].get(timeout=RECV_TIMEOUT)
             except queue.Empty:
-                raise RuntimeError(f"rank {rank} waited {RECV_TIMEOUT:g} s for a message from rank {from_rank} that was "
+                raise Deadlock(f"rank {rank} waited {RECV_TIMEOUT:g} s for a message from rank {from_rank} that was "
                                    f"never sent (a deadlock: does every rank send before it receives?)") from None
 
         return send, recv
@@ -87,18 +90,20 @@ class _Network:
 
 def simulate_ranks(program: Callable[..., Any], tensors: Sequence[torch.Tensor]) -> tuple[list[Any], _Network]:
     """Run ``program(rank, world_size, tensor, send, recv)`` for every rank at once, each in its own thread with a
-    copy of its own tensor only; the ranks' return values and the network (its log of messages) come back. The
-    exception that came first is raised here (a rank that crashed leaves its neighbour waiting: the crash is the cause)."""
+    copy of its own tensor only; the ranks' return values and the network (its log of messages) come back. A rank's
+    exception is raised here: the lowest rank's that is not a deadlock (a rank that crashed leaves its neighbour
+    waiting: the crash is the cause), else the lowest rank's deadlock. Each rank sends before it receives in a step, so
+    which ranks fail, and how, does not depend on how the threads are scheduled; which fails first would."""
     n = len(tensors)
     network = _Network(n)
     results: list[Any] = [None] * n
-    errors: list[tuple[float, BaseException]] = []
+    errors: dict[int, BaseException] = {}
 
     def run(rank: int) -> None:
         try:
             results[rank] = program(rank, n, tensors[rank].clone(), *network.endpoints(rank))
         except BaseException as error:  # handed to the caller below
-            errors.append((time.monotonic(), error))
+            errors[rank] = error
 
     threads = [threading.Thread(target=run, args=(rank,), daemon=True) for rank in range(n)]
     for thread in threads:
@@ -106,7 +111,8 @@ def simulate_ranks(program: Callable[..., Any], tensors: Sequence[torch.Tensor])
     for thread in threads:
         thread.join()
     if errors:
-        raise min(errors, key=lambda pair: pair[0])[1]
+        causes = [errors[rank] for rank in sorted(errors) if not isinstance(errors[rank], Deadlock)]
+        raise causes[0] if causes else errors[min(errors)]
     return results, network
 
 
@@ -304,22 +310,23 @@ RANK_INDICES = Exercise(
     checked="2, 3 and 4 ranks, 7 to 24 examples, epochs 0 to 3, against PyTorch's DistributedSampler",
     mistakes=(
         Mistake("same_shard_on_every_rank", "gave every rank the same indices, whatever its rank",
-                "Each rank must read its own examples: start at position `rank` and take every `world_size`-th one, "
-                "`order[rank::world_size]`; otherwise all ranks compute the same gradient.",
+                "Each rank must read its own examples: start at position `rank` of the order and take every "
+                "`world_size`-th one; otherwise all ranks compute the same gradient.",
                 (_indices_like(ignore_rank=True),)),
         Mistake("same_order_every_epoch", "seeded the shuffle with the seed alone, so every epoch repeats the same order",
-                "Seed the generator with `seed + epoch`: that is what `set_epoch` changes.",
+                "Seed the generator with the seed plus the epoch: that is what `set_epoch` changes.",
                 (_indices_like(seed_of=lambda seed, epoch, rank: seed),)),
         Mistake("own_shuffle_per_rank", "let each rank draw its own shuffle (a seed that depends on the rank)",
-                "Every rank must draw the **same** permutation, or the shards overlap and miss examples: seed with "
-                "`seed + epoch` only, then split by rank.",
+                "Every rank must draw the **same** permutation, or the shards overlap and miss examples: seed the "
+                "generator from the seed and the epoch only, never the rank, then split by rank.",
                 (_indices_like(seed_of=lambda seed, epoch, rank: seed + epoch + rank),
                  _indices_like(seed_of=lambda seed, epoch, rank: seed + rank))),
         Mistake("no_padding", "did not pad, so the ranks get different numbers of examples",
                 "Pad the order with its first indices up to a multiple of world_size: a rank with one step fewer than "
                 "the others leaves them waiting in their last all-reduce.", (_indices_like(pad=False),)),
         Mistake("not_shuffled", "split the examples in their original order, without shuffling",
-                "Draw `torch.randperm(n_examples, generator=g)` first; DistributedSampler shuffles by default.",
+                "Draw a random permutation of the examples first, with `torch.randperm` and the seeded generator; "
+                "DistributedSampler shuffles by default.",
                 (_indices_like(shuffle=False),)),
     ),
     mutants=(
@@ -465,7 +472,8 @@ ACCUMULATE_GRADIENTS = Exercise(
                 (_accumulate_like(zero="never"),)),
         Mistake("synced_every_micro_batch", "ran every micro-batch outside no_sync, so DDP all-reduces after each one",
                 "The values come out right, but each backward pays a full all-reduce: run all but the last "
-                "micro-batch's forward and backward inside `with model.no_sync():`.", (_accumulate_like(sync="never"),)),
+                "micro-batch's forward and backward inside the `model.no_sync()` context.",
+                (_accumulate_like(sync="never"),)),
         Mistake("never_synced", "ran the last micro-batch inside no_sync too, so the gradients are never all-reduced",
                 "Each rank would step with its own gradient and the copies drift apart: leave the last micro-batch "
                 "outside no_sync, so its backward all-reduces the accumulated sum.", (_accumulate_like(sync="always"),)),
