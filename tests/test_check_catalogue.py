@@ -236,3 +236,17 @@ def test_every_catalogue_string_reads_as_the_verdict_uses_it(exercise):
         found = [name for name, pattern in _LINT.items() if pattern.search(prose)]
         assert not found, (where, found, text)
 
+
+# A fix may name what to change (an identifier, an attribute, an argument and its value, a number), never write it:
+# no expression or statement of the answer's code appears in a verdict (the hints folded in the notebook do that).
+_NAMING_SPAN = re.compile(r"`(?:[\w.]+(?:\(\))?|-?[\d.]+(?:e-?\d+)?|\w+=-?[\w.'\"]+|'[^']*'|\"[^\"]*\")`")
+
+
+def _code_spans(text: str) -> list[str]:
+    return [span for span in re.findall(r"`[^`]*`", text) if not _NAMING_SPAN.fullmatch(span)]
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=_id)
+def test_no_catalogued_fix_writes_the_answers_code(exercise):
+    written = {mistake.name: _code_spans(mistake.fix) for mistake in exercise.mistakes}
+    assert not any(written.values()), {name: spans for name, spans in written.items() if spans}

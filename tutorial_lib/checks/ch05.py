@@ -132,7 +132,8 @@ FEED_FORWARD = Exercise(
                 "goes back into the residual stream unbounded, negative values included.",
                 (_ffn_like(activation_at="output"), _ffn_like(activation_at="both"))),
         Mistake("tanh_gelu_for_exact", "used GELU's tanh approximation where the exact GELU was asked for",
-                "`F.gelu(z)` is the exact x·Φ(x); `approximate='tanh'` is GPT-2's approximation, a few 1e-4 away.",
+                "`F.gelu` without an `approximate` argument is the exact x·Φ(x); `approximate='tanh'` is GPT-2's "
+                "approximation, a few 1e-4 away.",
                 (_ffn_like(gelu="tanh"),)),
         Mistake("ignored_activation", "used ReLU whatever `activation` says",
                 "Read the argument: 'relu' → `torch.relu`, 'gelu' → `F.gelu`.", (_ffn_like(use_name=False),)),
@@ -206,7 +207,8 @@ GELU_TANH = Exercise(
                 "The correction term is 0.044715·x³ (odd, like the rest of the argument of tanh).",
                 (_gelu_with(power=2),)),
         Mistake("no_square_root", "used 2/π where the formula has √(2/π)",
-                "The constant is `math.sqrt(2 / math.pi)` ≈ 0.7979.", (_gelu_with(root=False),)),
+                "The constant is the square root of 2/π, √(2/π) ≈ 0.7979, not 2/π itself.",
+                (_gelu_with(root=False),)),
         Mistake("sigmoid_approximation", "used the sigmoid approximation x·σ(1.702x)",
                 "That is GELU's other approximation (and SiLU's shape); the exercise asks for the tanh form.",
                 (_gelu_sigmoid,)),
@@ -266,7 +268,8 @@ SWIGLU = Exercise(
     checked="d_ff = 8/3 · d_model, d_ff = d_model with large inputs, and float64",
     mistakes=(
         Mistake("gate_on_wrong_branch", "applied SiLU to x @ w_up instead of x @ w_gate",
-                "The gate is the branch that goes through SiLU: `F.silu(x @ w_gate) * (x @ w_up)`. The two branches "
+                "The gate is the branch that goes through SiLU: apply SiLU to the projection by `w_gate`, then multiply "
+                "by the plain projection by `w_up`. The two branches "
                 "are not interchangeable once weights are loaded from a trained model.",
                 (_swiglu_like(branch="up"),)),
         Mistake("sigmoid_gate", "gated with a sigmoid instead of SiLU",
@@ -337,10 +340,10 @@ SWIGLU_HIDDEN_SIZE = Exercise(
                 "The starting point is the plain FFN's hidden size 4 · d_model: int(2 · 4 · d_model / 3).",
                 (_size_like(factor=lambda d: int(2 * d / 3)),)),
         Mistake("rounded_down", "rounded down to the multiple",
-                "Round up, so that the FFN never has fewer units than two thirds of 4 · d_model: "
-                "`math.ceil(hidden / multiple_of)`.", (_size_like(rounding="down"),)),
+                "Round up, so that the FFN never has fewer units than two thirds of 4 · d_model: take the next multiple "
+                "of `multiple_of` at or above it (`math.ceil`).", (_size_like(rounding="down"),)),
         Mistake("rounded_to_nearest", "rounded to the nearest multiple",
-                "LLaMA rounds up: `math.ceil(hidden / multiple_of)` (for d_model 512, 1,365 → 1,408, not 1,344).",
+                "LLaMA rounds up to the next multiple, with `math.ceil` (for d_model 512, 1,365 → 1,408, not 1,344).",
                 (_size_like(rounding="nearest"), _size_like(factor=lambda d: 8 * d / 3, rounding="nearest"))),
         Mistake("not_rounded", "did not round to a multiple of multiple_of",
                 "The hidden size is rounded up to a multiple of `multiple_of` (256 in LLaMA) so that the matrices "
@@ -451,14 +454,17 @@ FFN = Exercise(
     ),
     mistakes=(
         Mistake("exact_gelu", "used the exact GELU where GPT-2 uses the tanh form",
-                "`F.gelu(h)` is the erf form; GPT-2's is your `gelu_tanh` (or `F.gelu(h, approximate='tanh')`): they "
+                "`F.gelu` on its own is the erf form; GPT-2's is your `gelu_tanh` (or `F.gelu` with "
+                "`approximate='tanh'`): they "
                 "differ by up to a few 1e-4.", (_ffn_kind_with(gelu="exact"),)),
         Mistake("gate_and_up_swapped", "took the second half of the columns as the gate",
-                "The gate comes first: `gate, up = hidden.chunk(2, dim=-1)`, and SiLU acts on the gate.",
+                "The gate comes first: of the two halves of the fused hidden layer (split along the last dimension), "
+                "the first is the gate, and SiLU acts on it.",
                 (_ffn_kind_with(split="swapped"),)),
         Mistake("gate_and_up_interleaved", "split the fused columns alternately (even for the gate, odd for up)",
                 "The two projections are stored side by side, not interleaved: the first d_ff columns are the gate, "
-                "the next d_ff the up branch (`chunk(2, dim=-1)`).", (_ffn_kind_with(split="interleaved"),)),
+                "the next d_ff the up branch (the two halves that `chunk` makes along `dim=-1`).",
+                (_ffn_kind_with(split="interleaved"),)),
         Mistake("sigmoid_gate", "gated with a sigmoid (GLU) instead of SiLU",
                 "SwiGLU's gate is SiLU(a) = a·σ(a), `F.silu`; σ(a) alone is the original GLU.",
                 (_ffn_kind_with(gate=torch.sigmoid),)),

@@ -88,14 +88,16 @@ LAYER_NORM = Exercise(
     ),
     mistakes=(
         Mistake("unbiased_variance", "used the unbiased variance (divided by d_model - 1)",
-                "LayerNorm divides by d_model: `x.var(-1, unbiased=False)` or `((x - mean) ** 2).mean(-1)`. "
+                "LayerNorm divides by d_model: pass `unbiased=False` to `var`, or average the squared deviations "
+                "yourself. "
                 "`torch.var` and `torch.std` are unbiased by default.", (_layer_norm_like(unbiased=True),)),
         Mistake("eps_outside_root", "added ε to the standard deviation instead of to the variance",
-                "ε goes inside the square root: `torch.sqrt(var + eps)`. Outside, it is a different function, far "
+                "ε goes inside the square root: add it to the variance, then take the root. Outside, it is a "
+                "different function, far "
                 "from PyTorch's when the variance is small.", (_layer_norm_like(eps_outside=True),)),
         Mistake("unbiased_std_eps_outside", "used the unbiased standard deviation with ε added outside the root",
-                "That is a popular tutorial's LayerNorm, `(x - mean) / (x.std(-1) + eps)`, not PyTorch's: use the "
-                "biased variance and put ε inside the root, `torch.sqrt(var + eps)`.",
+                "That is a popular tutorial's LayerNorm, which divides by the unbiased standard deviation plus ε, not "
+                "PyTorch's: use the biased variance and put ε inside the root, added to the variance.",
                 (_layer_norm_like(unbiased=True, eps_outside=True),)),
         Mistake("wrong_axis", "computed the statistics over another axis than the last",
                 "LayerNorm normalizes each position's d_model features: `dim=-1`. Over the batch (or the positions) "
@@ -162,7 +164,7 @@ RMS_NORM = Exercise(
                 "difference is everything: the mean is most of the vector.)",
                 (_rms_norm_like(centre=True),)),
         Mistake("eps_outside_root", "added ε to the root mean square instead of inside the root",
-                "ε goes inside: `torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)`.",
+                "ε goes inside: add it to the mean of the squares, then take the square root.",
                 (_rms_norm_like(eps_outside=True),)),
         Mistake("sum_instead_of_mean", "divided by the L2 norm (the root of the sum of squares) instead of the root mean square",
                 "The root *mean* square divides the sum of squares by d_model, so that each normalized feature is "
@@ -247,23 +249,27 @@ PRE_NORM_RESIDUAL = Exercise(
     gradients=True,  # trained in the book: a detached or no_grad path must not pass
     mistakes=(
         Mistake("post_norm", "wrote the paper's post-norm block, Norm(x + Sublayer(x))",
-                "That is §3.1's arrangement; pre-norm moves the norm inside the branch: `x + sublayer(norm(x))`.",
+                "That is §3.1's arrangement; pre-norm moves the norm inside the branch: the sublayer reads the "
+                "normalized x, and its output is added to x itself.",
                 (_residual_like("post"),)),
         Mistake("normalized_the_stream", "normalized the residual stream itself, x = Norm(x) + Sublayer(Norm(x))",
                 "Only the sublayer's input is normalized; the stream x that the branch is added to must pass unchanged, "
                 "or nothing travels from the first block to the last untouched.",
                 (_residual_like("stream"), _stream_normalized_in_place)),
         Mistake("no_residual", "left out the residual connection",
-                "Add the input back: `x + sublayer(norm(x))`. Without it each block replaces the stream.",
+                "Add the input back: the output is x plus the sublayer's output. Without it each block replaces the "
+                "stream.",
                 (_residual_like("no residual"),)),
         Mistake("norm_after_sublayer", "normalized the sublayer's output instead of its input",
-                "Pre-norm normalizes what goes *into* the sublayer: `x + sublayer(norm(x))`.",
+                "Pre-norm normalizes what goes *into* the sublayer: apply `norm` to x before the sublayer, not to its "
+                "output.",
                 (_residual_like("norm after"),)),
         Mistake("no_norm", "left out the norm",
-                "Apply `norm` to the sublayer's input: `x + sublayer(norm(x))`.", (_residual_like("no norm"),)),
+                "Apply `norm` to the sublayer's input: the sublayer reads the normalized x, not x itself.",
+                (_residual_like("no norm"),)),
         Mistake("detached_branch", "detached the sublayer's output from the graph",
                 "The output is right, but no gradient reaches the sublayer or the norm, so they would never train: "
-                "drop the `.detach()` (or `torch.no_grad()`) and write `x + sublayer(norm(x))`.",
+                "drop the `.detach()` (or `torch.no_grad()`) and keep the branch in the graph.",
                 (lambda x, norm, sublayer: x + sublayer(norm(x)).detach(), _branch_without_grad)),
     ),
     mutants=(
@@ -363,22 +369,26 @@ PRE_NORM_BLOCK = Exercise(
     mistakes=(
         Mistake("post_norm_block", "wrote the paper's post-norm block, Norm(x + Sublayer(x)) twice",
                 "That is §3.1's arrangement; pre-norm puts each norm on its sublayer's input and leaves the stream "
-                "alone: `h = x + attention(norm_1(x))`, then `h + feed_forward(norm_2(h))`.",
+                "alone: attention reads x through `norm_1` and adds to x, then the feed-forward network reads that sum "
+                "through `norm_2` and adds to it.",
                 (_block_like("post"),)),
         Mistake("one_norm_for_both", "normalized the feed-forward network's input with norm_1, the attention's norm",
-                "Each sublayer has its own norm with its own γ and β: the feed-forward network reads `norm_2(h)`.",
+                "Each sublayer has its own norm with its own γ and β: the feed-forward network reads its input through "
+                "`norm_2`.",
                 (_block_like("one norm"),)),
         Mistake("parallel_branches", "fed both sublayers the block's input x, so the feed-forward network never sees "
                                      "what attention added",
-                "The two residuals are in series: first `h = x + attention(norm_1(x))`, then the feed-forward network "
-                "reads `norm_2(h)`. (Reading x in both is GPT-J's *parallel* block, a different model.)",
+                "The two residuals are in series: first attention adds to x, then the feed-forward network reads that "
+                "sum through `norm_2`. (Reading x in both is GPT-J's *parallel* block, a different model.)",
                 (_block_like("parallel"),)),
         Mistake("normalized_the_stream", "normalized the residual stream itself before each sublayer",
-                "Keep the normalized copy for the sublayer only: `x + attention(norm_1(x))`. Replacing x by norm_1(x) "
+                "Keep the normalized copy for the sublayer only: attention's output is added to x itself. Replacing x by "
+                "its normalized copy "
                 "takes away the untouched path that makes deep stacks trainable.",
                 (_block_like("stream"),)),
         Mistake("dropped_a_residual", "left out one of the two residual connections",
-                "Both sublayers add to the stream: `h = x + attention(norm_1(x))` and `h + feed_forward(norm_2(h))`.",
+                "Both sublayers add to the stream: attention's output to x, and the feed-forward network's output to "
+                "that sum.",
                 (_block_like("no ffn residual"), _block_like("no attention residual"))),
         Mistake("feed_forward_first", "applied the feed-forward network before attention",
                 "A block mixes positions first, then works on each position: attention, then the feed-forward network.",

@@ -206,11 +206,12 @@ ENCODER_LAYER = Exercise(
              "padded sources, gradients included; and in training mode, dropout on each sublayer's output"),
     mistakes=(
         Mistake("no_residual", "left out a residual connection",
-                "Each sublayer's output is *added* to its input before the norm: `layer.norm1(x + ...)`.",
+                "Each sublayer's output is *added* to its input before the norm: `layer.norm1` normalizes that sum.",
                 (_encoder_like(residual=(False, True)), _encoder_like(residual=(True, False)),
                  _encoder_like(residual=(False, False)))),
         Mistake("pre_norm", "wrote a pre-norm layer, x + Sublayer(Norm(x))",
-                "The paper normalizes *after* the residual sum (post-norm): `x = layer.norm1(x + dropout(attn(x)))`.",
+                "The paper normalizes *after* the residual sum (post-norm): the sublayer reads x itself, and "
+                "`layer.norm1` normalizes x plus the sublayer's output.",
                 (_encoder_like(norm="pre"),)),
         Mistake("padding_mask_missing", "left out the source padding mask",
                 "Pass `mask=src_mask` to the self-attention, or the real tokens attend to the padding.",
@@ -219,7 +220,7 @@ ENCODER_LAYER = Exercise(
                 "The encoder reads the whole source in both directions: no causal mask, only the padding mask.",
                 (_encoder_like(causal=True),)),
         Mistake("dropout_left_on", "applied dropout that stays on in evaluation mode",
-                "Use the module `layer.dropout(h)`, which is off after `.eval()`; `F.dropout(h, p)` is on unless "
+                "Use the module `layer.dropout`, which is off after `.eval()`; `F.dropout` is on unless "
                 "you pass `training=...`.", (_encoder_like(dropout_on=True),)),
     ),
     mutants=(
@@ -322,24 +323,25 @@ DECODER_LAYER = Exercise(
              "with padded sources, gradients included; and in training mode, dropout on each sublayer's output"),
     mistakes=(
         Mistake("no_residual", "left out a residual connection",
-                "Each sublayer's output is *added* to its input before the norm: `layer.norm1(x + ...)`.",
+                "Each sublayer's output is *added* to its input before the norm: `layer.norm1` normalizes that sum.",
                 (_decoder_like(residual=(False, True, True)), _decoder_like(residual=(True, False, True)),
                  _decoder_like(residual=(True, True, False)))),
         Mistake("pre_norm", "wrote a pre-norm layer, x + Sublayer(Norm(x))",
-                "The paper normalizes *after* the residual sum (post-norm): `x = layer.norm1(x + dropout(attn(x)))`.",
+                "The paper normalizes *after* the residual sum (post-norm): the sublayer reads x itself, and "
+                "`layer.norm1` normalizes x plus the sublayer's output.",
                 (_decoder_like(norm="pre"),)),
         Mistake("cross_keys_from_decoder", "took the cross-attention's keys and values from the decoder, not the encoder",
-                "Cross-attention reads the encoder's output: `layer.cross_attn(x, memory, mask=src_mask)`; its queries "
+                "Cross-attention reads the encoder's output: pass `memory` to `layer.cross_attn` after x; its queries "
                 "come from the decoder, its keys and values from `memory`.", (_decoder_like(cross="decoder"),)),
         Mistake("causal_mask_missing", "left out the causal mask in the decoder's self-attention",
-                "`layer.self_attn(x, causal=True)`: without it each position reads the later target tokens, which "
+                "Pass `causal=True` to `layer.self_attn`: without it each position reads the later target tokens, which "
                 "teacher forcing hands it during training and generation does not have.",
                 (_decoder_like(causal=False),)),
         Mistake("source_padding_mask_missing", "left out the source padding mask in the cross-attention",
                 "Pass `mask=src_mask` to the cross-attention, or the decoder reads the source's padding.",
                 (_decoder_like(src_mask_on=False),)),
         Mistake("dropout_left_on", "applied dropout that stays on in evaluation mode",
-                "Use the module `layer.dropout(h)`, which is off after `.eval()`; `F.dropout(h, p)` is on unless "
+                "Use the module `layer.dropout`, which is off after `.eval()`; `F.dropout` is on unless "
                 "you pass `training=...`.", (_decoder_like(dropout_on=True),)),
     ),
     mutants=(
@@ -425,7 +427,7 @@ LABEL_SMOOTHED_LOSS = Exercise(
                 (_smoothing_like(ignore_pad=False),)),
         Mistake("divided_by_all_positions", "averaged over every position, padding included",
                 "The padded positions are out of the sum; leave them out of the count too: divide by "
-                "`(targets != pad_id).sum()`.", (_smoothing_like(denominator="all"),)),
+                "the number of targets that are not `pad_id`.", (_smoothing_like(denominator="all"),)),
         Mistake("target_weight_not_reduced", "kept weight 1 on the right class and added ε on top",
                 "The smoothed target sums to 1: the right class gets 1 - ε + ε/d_vocab, not 1 + ε/d_vocab.",
                 (_smoothing_like(keep_nll_weight=False),)),
@@ -475,19 +477,20 @@ NOAM_LR = Exercise(
     checked="at the first update, half-way through the warm-up, the peak and after it, for the base model and a small one",
     mistakes=(
         Mistake("forgot_d_model_scale", "left out the d_model^-0.5 factor",
-                "Eq. (3) multiplies the whole by `d_model ** -0.5`: wider models take smaller steps.",
+                "Eq. (3) multiplies the whole by d_model^-0.5, one over its square root: wider models take smaller steps.",
                 (_noam_like(scale=False),)),
         Mistake("step_off_by_one", "counted the steps one ahead (step + 1)",
                 "The paper's `step_num` starts at 1 on the first update; use `step` as given, without adding or "
                 "subtracting 1.", (_noam_like(offset=1),)),
         Mistake("warmup_off_by_one", "made the warm-up one step longer or shorter than warmup_steps",
-                "The warm-up branch is `step * warmup ** -1.5` with `warmup` as given: the two branches then meet "
-                "exactly at `step == warmup`, the peak.", (_noam_like(warmup_offset=1), _noam_like(warmup_offset=-1))),
+                "The warm-up branch is step · warmup^-1.5 with `warmup` as given: the two branches then meet "
+                "exactly when `step` equals `warmup`, the peak.", (_noam_like(warmup_offset=1), _noam_like(warmup_offset=-1))),
         Mistake("max_instead_of_min", "took the larger of the two branches instead of the smaller",
-                "`min(step ** -0.5, step * warmup ** -1.5)`: the linear warm-up is the smaller one before `warmup`, "
+                "Eq. (3) takes the smaller of the two branches (`min`): the linear warm-up is the smaller one before "
+                "`warmup`, "
                 "the decay after.", (_noam_like(use_max=True),)),
         Mistake("decay_without_root", "decayed as 1/step instead of 1/√step",
-                "After the warm-up the rate falls as `step ** -0.5`, the inverse square root.",
+                "After the warm-up the rate falls as step^-0.5, the inverse square root.",
                 (_noam_like(decay_power=-1.0),)),
     ),
     mutants=(
@@ -540,13 +543,14 @@ BEAM_SCORE = Exercise(
     checked="α of 0, 0.6 and 1 and lengths from 1 to 25",
     mistakes=(
         Mistake("no_normalisation", "ranked by the log-probability alone",
-                "Divide by the length penalty `((5 + length) / 6) ** alpha`: without it beam search prefers short "
+                "Divide by GNMT's length penalty lp(Y), as the chapter defines it: without it beam search prefers short "
                 "outputs, whose log-probability has fewer negative terms.", (_beam_like(normalise=False),)),
         Mistake("wrong_length", "computed the penalty for the wrong length (counting <bos>, or not counting <eos>)",
                 "`length` is already the number of generated tokens; use it as given.",
                 (_beam_like(length_offset=1), _beam_like(length_offset=-1))),
         Mistake("plain_length_power", "divided by length^α instead of ((5 + length) / 6)^α",
-                "GNMT's penalty (the one §6.1's α = 0.6 belongs to) is `((5 + length) / 6) ** alpha`.",
+                "GNMT's penalty (the one §6.1's α = 0.6 belongs to) is (5 + |Y|)^α / 6^α: the 5 softens it for short "
+                "outputs.",
                 (_beam_like(form="plain"),)),
         Mistake("multiplied_by_penalty", "multiplied by the length penalty instead of dividing",
                 "The log-probability is divided by lp(Y) ≥ 1, which makes long outputs' scores less negative.",
@@ -704,14 +708,15 @@ GREEDY_DECODE = Exercise(
             "Transformer, against the package's greedy_decode",
     mistakes=(
         Mistake("kept_bos", "returned the tokens with the BOS token in front",
-                "BOS is the decoder's first input, not something the model generated: return `tokens[:, 1:]`.",
+                "BOS is the decoder's first input, not something the model generated: leave its column out of what you "
+                "return.",
                 (_greedy_like(keep_bos=True),)),
         Mistake("no_fill_after_eos", "kept generating in rows that had already produced EOS",
                 "A row that has produced EOS is finished: fill its later steps with EOS "
-                "(`next_token.masked_fill(done, eos)`), or the text after its end counts as output.",
+                "(`masked_fill` with the rows that are `done`), or the text after its end counts as output.",
                 (_greedy_like(fill=False),)),
         Mistake("stopped_at_first_eos", "stopped the whole batch as soon as one row produced EOS",
-                "Stop when *every* row is finished: `if done.all(): break`, not `done.any()`.",
+                "Stop when *every* row is finished: break when all of `done` is true, not when any of it is.",
                 (_greedy_like(stop="any"),)),
         Mistake("fed_only_the_last_token", "fed the decoder only the newest token at each step, without a KV cache",
                 "Without a cache the decoder must see the whole prefix (BOS and every token so far) to know where it "
@@ -719,7 +724,7 @@ GREEDY_DECODE = Exercise(
                 (_greedy_like(feed="last"),)),
         Mistake("first_position_logits", "took the logits of the first target position instead of the last",
                 "The decoder returns logits for every position of the prefix; the next token is predicted at the "
-                "last one: `logits[:, -1]`.", (_greedy_like(position=0),)),
+                "last one, so take the logits of the last position.", (_greedy_like(position=0),)),
         Mistake("forgot_the_source_mask", "left out the source's padding mask",
                 "Pass `src_mask` to both `model.encode` and `model.decode`, or the padding tokens at the end of the "
                 "shorter sources are read as if they were text.",
