@@ -169,3 +169,11 @@ def test_the_work_each_exercise_forbids_has_a_readable_name(exercise):
     for callee in exercise.forbidden:
         name = describe_callee(callee)
         assert name.count("`") == (2 if name.startswith("torch's") else 4) and "_VariableFunctions" not in name, name
+
+
+def test_a_folder_beside_the_package_is_not_the_package():
+    from tutorial_lib.checks.tracing import LIBRARY_DIRS, is_library_file
+
+    package = next(folder for folder in LIBRARY_DIRS if folder.rstrip("/").endswith("tutorial_lib"))
+    assert is_library_file(package + "attention.py")
+    assert not is_library_file(package.rstrip("/") + "_mine/attention.py")  # a learner's folder named alike

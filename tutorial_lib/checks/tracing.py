@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import sys
 import sysconfig
 import threading
@@ -29,7 +30,7 @@ import torch
 _PACKAGE_DIR = str(Path(__file__).resolve().parent.parent)
 # Code in these folders is never the learner's own: the package, torch and the rest of the installed libraries.
 LIBRARY_DIRS = tuple(
-    str(Path(path).resolve())
+    str(Path(path).resolve()) + os.sep  # a separator at the end: "tutorial_lib_mine/" is not inside "tutorial_lib/"
     for path in (
         _PACKAGE_DIR,
         Path(torch.__file__).parent,
