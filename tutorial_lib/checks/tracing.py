@@ -27,6 +27,8 @@ from typing import Any, no_type_check
 
 import torch
 
+from tutorial_lib import attention, multi_head
+
 _PACKAGE_DIR = str(Path(__file__).resolve().parent.parent)
 # Code in these folders is never the learner's own: the package, torch and the rest of the installed libraries.
 LIBRARY_DIRS = tuple(
@@ -160,13 +162,9 @@ class CallTrace:
             self._entry = None
 
 
-def _attention_callees() -> tuple[Any, ...]:
-    from tutorial_lib import attention, multi_head
-
-    return (torch.nn.functional.scaled_dot_product_attention, torch.nn.functional.multi_head_attention_forward,
-            torch.nn.MultiheadAttention, attention.scaled_dot_product_attention, attention.attention,
-            attention.causal_attention, multi_head.MultiHeadAttention)
-
-
 # What computes attention for an answer that should: torch's fused function and module, and the package's own.
-ATTENTION_CALLEES = _attention_callees()
+ATTENTION_CALLEES = (
+    torch.nn.functional.scaled_dot_product_attention, torch.nn.functional.multi_head_attention_forward,
+    torch.nn.MultiheadAttention, attention.scaled_dot_product_attention, attention.attention,
+    attention.causal_attention, multi_head.MultiHeadAttention,
+)
