@@ -93,7 +93,9 @@ colab-wheels: venv
 # One thread per kernel, as tools/execute_notebooks.py: the thread count decides how matmuls split their sums, so it
 # is pinned; two kernels of one thread each keep both cores busy where one kernel of two threads idles one core in
 # every step that is not a large matmul (plots, Python, kernel start-up).
-NOTEBOOK_ENV := TUTORIAL_LIB_DEVICE=cpu MPLBACKEND=module://matplotlib_inline.backend_inline HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1
+# Each run records the predictions its kernels make afresh (tutorial_lib.checks.prediction), as a fresh clone would.
+NOTEBOOK_ENV := TUTORIAL_LIB_DEVICE=cpu MPLBACKEND=module://matplotlib_inline.backend_inline HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 \
+	TUTORIAL_LIB_PREDICTIONS=$$(mktemp -d)/predictions.json
 
 ## execute: run every notebook top to bottom in a fresh kernel and store its outputs and widget state in place
 execute: venv

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from tutorial_lib.checks import Exercise, check, get_exercise
+from tutorial_lib.checks.prediction import PREDICTIONS_ENV, is_prediction, write_records
 from tutorial_lib.checks.tracing import Forbidden
 
 # The corpus is never copied into the repository: it sits in ../shared/data beside the checkout (as in the Makefile).
@@ -30,6 +31,30 @@ def _seed() -> None:
     random.seed(0)
     np.random.seed(0)
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _prediction_records(tmp_path, monkeypatch) -> None:
+    """Each test keeps its predictions' records in its own file, never in the folder the suite runs from."""
+    monkeypatch.setenv(PREDICTIONS_ENV, str(tmp_path / "predictions.json"))
+
+
+def check_recorded(exercise_id: str, learner, **kwargs):
+    """``check(exercise_id, learner)``, a prediction's answer first recorded afresh as the measuring cell records it
+    (before its measurement): for tests of what a prediction's verdict says."""
+    if is_prediction(exercise_id):
+        try:
+            value = learner()
+        except Exception:  # not a prediction yet: nothing to record, as in the notebook
+            value = None
+        write_records([] if value is None else [{"exercise": exercise_id, "value": value, "secret": None}])
+    return check(exercise_id, learner, **kwargs)
+
+
+@pytest.fixture
+def predict():
+    """``predict(exercise_id, learner)``: the check of a prediction recorded before its measurement."""
+    return check_recorded
 
 
 @pytest.fixture
@@ -62,7 +87,7 @@ def assert_mistake_named():
     ``mistake``, in the catalogue's words (the test every chapter's learner-written mistakes go through)."""
 
     def assert_named(exercise_id: str, learner, mistake: str) -> None:
-        result = check(exercise_id, learner)
+        result = check_recorded(exercise_id, learner)
         named = next(m for m in get_exercise(exercise_id).mistakes if m.name == mistake)
         assert not result.passed and result.points == 0, result.verdict
         assert result.mistake == mistake, result.verdict

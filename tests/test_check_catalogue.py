@@ -24,6 +24,8 @@ from tutorial_lib import checks
 from tutorial_lib.checks import CheckResult, Exercise, chapter_exercises, check
 from tutorial_lib.checks.core import FOLDED_HINTS
 
+from conftest import check_recorded  # a prediction's answer is recorded before its check, as in a notebook
+
 EXERCISES = [
     exercise
     for module in pkgutil.iter_modules(checks.__path__)
@@ -59,7 +61,7 @@ def test_every_exercise_has_four_mistakes_and_two_mutants(exercise):
 
 @pytest.mark.parametrize(("exercise", "mistake", "index", "variant"), VARIANTS, ids=_id)
 def test_each_catalogued_mistake_is_named_as_itself_and_no_other(exercise, mistake, index, variant):
-    result = check(exercise.id, variant)
+    result = check_recorded(exercise.id, variant)
     assert result.points == 0, result.verdict
     assert result.mistake == mistake and result.candidates == (mistake,), result.verdict
     assert not lint(exercise.id, result), (lint(exercise.id, result), result.verdict)
@@ -70,7 +72,7 @@ def test_each_catalogued_mistake_is_named_as_itself_and_no_other(exercise, mista
 @pytest.mark.parametrize(("exercise", "mutant"), MUTANTS, ids=lambda v: v.id if isinstance(v, Exercise) else v.name)
 @pytest.mark.usefixtures("untraced")
 def test_each_mutant_loses_its_points_and_is_named_as_no_catalogued_mistake(exercise, mutant):
-    result = check(exercise.id, mutant.implementation)
+    result = check_recorded(exercise.id, mutant.implementation)
     assert result.points == 0, f"{mutant.name} ({mutant.what}) passed: {result.verdict}"
     assert result.mistake is None and result.candidates == (), f"{mutant.name} named: {result.verdict}"
     assert not lint(exercise.id, result), (lint(exercise.id, result), result.verdict)
@@ -88,7 +90,7 @@ _OWN_LINE = re.compile(r"\(line \d+ of your code: `[^`]*`\)")
 @pytest.mark.parametrize(("exercise", "mutant"), MUTANTS, ids=lambda v: v.id if isinstance(v, Exercise) else v.name)
 @pytest.mark.usefixtures("untraced")
 def test_a_mutants_verdict_describes_the_output_and_gives_no_code(exercise, mutant):
-    result = check(exercise.id, mutant.implementation)
+    result = check_recorded(exercise.id, mutant.implementation)
     prose = _GENERIC_CODE.sub("", _OWN_LINE.sub("", result.verdict))
     assert "`" not in prose, f"{mutant.name}: {result.verdict}"
     if result.kind == "wrong_values":
@@ -123,7 +125,7 @@ def test_there_is_an_exercise_that_takes_a_generator():
 @pytest.mark.parametrize("exercise", RANDOM, ids=_id)
 @pytest.mark.usefixtures("untraced")
 def test_an_answer_that_ignores_the_generator_is_told_so(exercise, replacement):
-    result = check(exercise.id, _ignoring_the_generator(exercise.reference, replacement))
+    result = check_recorded(exercise.id, _ignoring_the_generator(exercise.reference, replacement))
     assert result.kind == "randomness" and result.points == 0, result.verdict
     assert "It looks like you ignored the `generator` argument." in result.verdict
     assert result.summary == "does not draw from its generator: ignored the generator it was given"
@@ -205,7 +207,7 @@ def _answers(exercise: Exercise) -> list[tuple[str, Callable[..., Any]]]:
 def test_every_verdict_passes_the_text_lint(exercise):
     problems = {}
     for name, answer in _answers(exercise):
-        result = check(exercise.id, answer)
+        result = check_recorded(exercise.id, answer)
         if found := lint(exercise.id, result):
             problems[name] = (found, result.verdict)
     assert not problems, problems

@@ -9,6 +9,7 @@ import torch
 
 from tutorial_lib.checks import check, get_exercise
 
+
 pytestmark = pytest.mark.filterwarnings("ignore")  # `k.T` on a 3-D tensor warns; the verdict is what is tested
 
 

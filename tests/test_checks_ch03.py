@@ -52,7 +52,7 @@ def test_a_learners_mask_composition_mistake_is_named(learner, mistake, assert_m
     assert_mistake_named("03.padded_causal_attention", learner, mistake)
 
 
-def test_the_variance_prediction_names_the_standard_deviation():
-    assert check("03.predict_variance", lambda: 64).passed
-    assert check("03.predict_variance", lambda: 8).mistake == "standard_deviation"
-    assert check("03.predict_variance", lambda: 1).mistake == "no_growth"
+def test_the_variance_prediction_names_the_standard_deviation(predict):
+    assert predict("03.predict_variance", lambda: 64).passed
+    assert predict("03.predict_variance", lambda: 8).mistake == "standard_deviation"
+    assert predict("03.predict_variance", lambda: 1).mistake == "no_growth"

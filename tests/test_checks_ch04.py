@@ -11,6 +11,8 @@ import torch
 from tutorial_lib.checks import check, get_exercise
 from tutorial_lib.multi_head import MultiHeadAttention
 
+from conftest import check_recorded  # a prediction's answer is recorded before its check, as in a notebook
+
 
 def split_right(x, n_heads):
     return einops.rearrange(x, "b s (h d) -> b h s d", h=n_heads)
@@ -128,7 +130,7 @@ def test_every_catalogued_mistake_has_a_learner_version_here():
     ("04.multi_head_forward", mha_like()),
 ])
 def test_a_correct_answer_written_differently_passes(exercise_id, answer):
-    assert check(exercise_id, answer).passed
+    assert check_recorded(exercise_id, answer).passed
 
 
 def test_the_functional_reference_is_the_package_module_with_its_weights():
@@ -146,6 +148,6 @@ def test_the_functional_reference_is_the_package_module_with_its_weights():
 # --- the prediction (04.predict_parameters) ----------------------------------------------------------------------------
 
 
-def test_the_parameter_prediction_names_full_size_heads():
-    assert check("04.predict_parameters", lambda: 4 * 512 * 512).passed  # biases forgotten: still within 1.25
-    assert check("04.predict_parameters", lambda: 8 * 4 * 512 * 512).mistake == "every_head_full_size"
+def test_the_parameter_prediction_names_full_size_heads(predict):
+    assert predict("04.predict_parameters", lambda: 4 * 512 * 512).passed  # biases forgotten: still within 1.25
+    assert predict("04.predict_parameters", lambda: 8 * 4 * 512 * 512).mistake == "every_head_full_size"

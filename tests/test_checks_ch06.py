@@ -9,6 +9,8 @@ import torch.nn.functional as F
 from tutorial_lib.checks import check, get_exercise
 from tutorial_lib.normalization import LayerNorm, RMSNorm
 
+from conftest import check_recorded  # a prediction's answer is recorded before its check, as in a notebook
+
 
 def layer_norm_right(x, weight, bias, eps):
     centred = x - x.mean(dim=-1, keepdim=True)
@@ -89,7 +91,7 @@ def test_every_catalogued_mistake_has_a_learner_version_here():
     ("06.rms_norm", rms_like()), ("06.pre_norm_residual", residual_right),
 ])
 def test_a_correct_answer_written_differently_passes(exercise_id, answer):
-    assert check(exercise_id, answer).passed
+    assert check_recorded(exercise_id, answer).passed
 
 
 def test_the_references_are_the_package_modules():
@@ -155,10 +157,10 @@ def test_a_correct_block_passes_and_the_reference_is_the_packages_pre_norm_block
     torch.testing.assert_close(composed, block(x))
 
 
-def test_the_normalized_length_is_the_root_of_d_model():
+def test_the_normalized_length_is_the_root_of_d_model(predict):
     from tutorial_lib.checks.ch06 import normalized_length
 
     before, after = normalized_length()
     assert abs(after - 16.0) < 1e-3 and before > 60
-    assert check("06.predict_normalized_length", lambda: 16).passed
-    assert check("06.predict_normalized_length", lambda: 256).mistake == "length_d_model"
+    assert predict("06.predict_normalized_length", lambda: 16).passed
+    assert predict("06.predict_normalized_length", lambda: 256).mistake == "length_d_model"

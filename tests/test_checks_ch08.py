@@ -19,6 +19,8 @@ from torch import nn
 from tutorial_lib import grade
 from tutorial_lib.checks import chapter_exercises, check
 
+from conftest import check_recorded  # a prediction's answer is recorded before its check, as in a notebook
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -153,7 +155,7 @@ def test_every_catalogued_mistake_has_a_learner_version_here():
     ids=["dict-of-ids", "nanogpt-style", "matmul-unembedding"],
 )
 def test_a_correct_answer_written_differently_passes(exercise_id, answer):
-    result = check(exercise_id, answer)
+    result = check_recorded(exercise_id, answer)
     assert result.passed, result.verdict
 
 
@@ -237,10 +239,10 @@ def test_a_fresh_exercises_notebook_runs_and_scores_zero():
     ]
 
 
-def test_the_predicted_count_is_gpt2_small_and_a_forgotten_embedding_is_named():
+def test_the_predicted_count_is_gpt2_small_and_a_forgotten_embedding_is_named(predict):
     from tutorial_lib.checks.ch08 import gpt2_small_parameters
 
     d, vocab, positions, layers = 768, 50257, 1024, 12
     assert gpt2_small_parameters() == layers * (12 * d**2 + 13 * d) + (vocab + positions) * d + 2 * d
-    assert check("08.predict_gpt2_parameters", lambda: 124e6).passed
-    assert check("08.predict_gpt2_parameters", lambda: layers * 12 * d**2).mistake == "blocks_only"
+    assert predict("08.predict_gpt2_parameters", lambda: 124e6).passed
+    assert predict("08.predict_gpt2_parameters", lambda: layers * 12 * d**2).mistake == "blocks_only"

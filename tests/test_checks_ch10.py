@@ -35,7 +35,7 @@ def test_generation_without_a_cache_passes_and_filtering_first_is_named(assert_m
     assert_mistake_named("10.generate", generate_top_p_before_temperature, "filtered_before_temperature")
 
 
-def test_the_nucleus_of_a_zipf_distribution():
+def test_the_nucleus_of_a_zipf_distribution(predict):
     from tutorial_lib.checks.ch10 import nucleus_size
 
     kept, most_likely = nucleus_size()
@@ -45,4 +45,4 @@ def test_the_nucleus_of_a_zipf_distribution():
         running += weights[n]
         n += 1
     assert kept == n and math.isclose(most_likely, 1 / total, rel_tol=1e-9)
-    assert check("10.predict_nucleus_size", lambda: 900).mistake == "fraction_of_vocabulary"
+    assert predict("10.predict_nucleus_size", lambda: 900).mistake == "fraction_of_vocabulary"

@@ -12,6 +12,8 @@ from tutorial_lib.checks import check, get_exercise
 from tutorial_lib.models.llama import LlamaBlock, LlamaConfig
 from tutorial_lib.rope import rope_tables
 
+from conftest import check_recorded  # a prediction's answer is recorded before its check, as in a notebook
+
 # --- rope tables -----------------------------------------------------------------------------------------------------
 
 
@@ -157,7 +159,7 @@ def test_every_catalogued_mistake_has_a_learner_version_here():
     ("12.apply_rope", apply_like()), ("12.llama_block", block_like()),
 ])
 def test_a_correct_answer_written_differently_passes(exercise_id, answer):
-    assert check(exercise_id, answer).passed
+    assert check_recorded(exercise_id, answer).passed
 
 
 def test_the_references_are_the_package_functions_and_the_llama_block():
@@ -220,7 +222,6 @@ REPEAT_MISTAKES = [
     (repeat_like(cat=True), "tiled_heads"),
     (repeat_like(seq=True), "repeated_positions"),
     (repeat_like(last=True), "repeated_d_head"),
-    (repeat_like(n_kv=True), "repeated_n_kv_heads_times"),
     (repeat_like(no_reshape=True), "group_axis_not_merged"),
 ]
 
@@ -242,3 +243,19 @@ def test_a_correct_repeat_kv_written_differently_passes(answer):
 def test_the_tiled_heads_verdict_names_repeat_and_repeat_interleave():
     verdict = str(check("12.repeat_kv", repeat_like(tile=True)))
     assert "`repeat`" in verdict and "`repeat_interleave`" in verdict and "h % n_kv_heads" in verdict
+
+
+# --- 12.predict_rmsnorm_spread ----------------------------------------------------------------------------------------
+
+
+def test_the_rmsnorm_spread_is_measured_and_its_misconceptions_are_named(predict):
+    from tutorial_lib.checks.ch12 import rmsnorm_spread
+
+    spread = rmsnorm_spread()
+    assert 0.42 < spread < 0.47  # the variation of the features, divided by a root mean square that holds the offset
+    assert predict("12.predict_rmsnorm_spread", lambda: 1 / math.sqrt(1 + 2**2)).passed  # the solution's reasoning
+    assert predict("12.predict_rmsnorm_spread", lambda: 1.0).mistake == "recentred_like_layer_norm"
+    assert predict("12.predict_rmsnorm_spread", lambda: 1 / 3).mistake == "root_mean_square_as_sum"
+    assert predict("12.predict_rmsnorm_spread", lambda: 0.2).mistake == "no_square_root"
+    assert predict("12.predict_rmsnorm_spread", lambda: 0.05).mistake == "unit_length"
+    assert not predict("12.predict_rmsnorm_spread", lambda: 2.0).passed

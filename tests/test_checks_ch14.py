@@ -9,6 +9,8 @@ import torch.nn.functional as F
 from tutorial_lib.checks import check, get_exercise
 from tutorial_lib.models.bert import IGNORE_INDEX, mask_tokens, pretraining_loss
 
+from conftest import check_recorded  # a prediction's answer is recorded before its check, as in a notebook
+
 # --- 14.mask_tokens -------------------------------------------------------------------------------------------------------
 
 
@@ -185,7 +187,7 @@ def test_every_issue_mistake_has_a_learner_version_here():
     ("14.nsp_pairs", pairs_like()),
 ])
 def test_a_correct_answer_written_differently_passes(exercise_id, answer):
-    assert check(exercise_id, answer).passed
+    assert check_recorded(exercise_id, answer).passed
 
 
 def test_a_masking_answer_that_forgets_the_generator_is_told_so():
@@ -207,3 +209,18 @@ def test_the_mlm_loss_reference_is_the_packages_loss_without_nsp():
     nsp_logits, is_random_next = torch.zeros(3, 2), torch.zeros(3, dtype=torch.long)  # NSP adds ln 2
     expected = pretraining_loss(logits, nsp_logits, labels, is_random_next) - torch.log(torch.tensor(2.0))
     torch.testing.assert_close(reference_mlm_loss(logits, tokens, chosen), expected)
+
+
+# --- 14.predict_label_shown ---------------------------------------------------------------------------------------------
+
+
+def test_the_labelled_positions_that_show_their_token_are_measured_and_misconceptions_named(predict):
+    from tutorial_lib.checks.ch14 import label_shown_share
+
+    share = label_shown_share()
+    assert 0.095 < share < 0.106  # the kept 10%, and a random draw that seldom lands on the original word
+    assert predict("14.predict_label_shown", lambda: 0.1).passed  # the solution's reasoning
+    assert predict("14.predict_label_shown", lambda: 0.2).mistake == "random_counted_as_kept"
+    assert predict("14.predict_label_shown", lambda: 0.015).mistake == "share_of_all_positions"
+    assert predict("14.predict_label_shown", lambda: 0.8).mistake == "mask_share_of_labels"
+    assert predict("14.predict_label_shown", lambda: 0).mistake == "none_shown"

@@ -149,3 +149,21 @@ def test_an_exercise_not_attempted_scores_zero_without_a_mistake():
 
     result = check("15.ring_all_reduce", ring_all_reduce)
     assert result.points == 0 and result.mistake is None
+
+
+# --- 15.predict_ring_bytes --------------------------------------------------------------------------------------------
+
+
+def test_the_ring_bytes_are_counted_from_the_messages_and_misconceptions_named(predict):
+    from tutorial_lib.checks.ch15 import CHAPTER_MODEL_PARAMETERS, chapter_model_parameters, ring_bytes_sent
+
+    assert chapter_model_parameters() == CHAPTER_MODEL_PARAMETERS  # the misconceptions' values are computed from it
+    gradient_bytes = 4 * CHAPTER_MODEL_PARAMETERS
+    sent = ring_bytes_sent()
+    assert len(sent) == 8 and len(set(sent)) == 1  # 8 ranks dividing the size: every rank sends the same
+    assert gradient_bytes < sent[0] < 2 * gradient_bytes  # more than the gradient once, less than twice
+    assert predict("15.predict_ring_bytes", lambda: 2 * 7 / 8 * gradient_bytes).passed  # the solution's reasoning
+    assert predict("15.predict_ring_bytes", lambda: 7 * gradient_bytes).mistake == "everyone_to_everyone"
+    assert predict("15.predict_ring_bytes", lambda: gradient_bytes).mistake == "whole_gradient_once"
+    assert predict("15.predict_ring_bytes", lambda: 2 * 7 / 8 * CHAPTER_MODEL_PARAMETERS).mistake == "numbers_not_bytes"
+    assert predict("15.predict_ring_bytes", lambda: gradient_bytes / 8).mistake == "one_chunk"

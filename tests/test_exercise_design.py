@@ -82,3 +82,25 @@ def test_no_todo_comment_writes_the_code(chapter):
         if cell.cell_type == "code":
             todo = [line.strip() for line in cell.source.splitlines() if re.match(r"\s*# TODO", line)]
             assert not todo, f"solutions/{chapter} cell {index}: {todo[0]!r} (the hints are in the folded Hint 1/2)"
+
+
+RECORD = re.compile(r"""^if record_prediction\(\s*["'](\d\d\.\w+)["']\s*,\s*(\w+)\s*\):""", re.MULTILINE)
+
+
+@pytest.mark.parametrize("chapter", [f"{n:02d}" for n in range(1, 16)])
+def test_every_prediction_is_recorded_before_its_measurement(chapter):
+    """The measuring cell of each prediction measures inside ``if record_prediction(id, fn):`` (after its imports) and
+    its check comes after."""
+    cells = [cell for cell in _solutions(chapter).cells if cell.cell_type == "code"]
+    recorded = {}
+    for index, cell in enumerate(cells):
+        guard = RECORD.search(cell.source)
+        if guard:
+            recorded.setdefault(guard.group(1), index)
+    predictions = [i for i in (CHECK.findall(cell.source) for cell in cells) for i in i
+                   if get_exercise(i).on_pass is not None]
+    assert predictions, f"solutions/{chapter}: no graded prediction"
+    for exercise_id in predictions:
+        check_cell = next(i for i, cell in enumerate(cells) if exercise_id in CHECK.findall(cell.source))
+        assert exercise_id in recorded, f"solutions/{chapter}: no cell measures under if record_prediction({exercise_id!r}, …)"
+        assert recorded[exercise_id] < check_cell, f"solutions/{chapter}: {exercise_id} is checked before it is measured"

@@ -243,7 +243,7 @@ def test_crashes_timeouts_and_missing_checks_are_graded_on_what_ran(tmp_path, ca
     report = json.loads(capsys.readouterr().out)
     (notebook,) = report["notebooks"]
     # The released check of 03.attention, deleted here, is put back at the end: after the cell that ran out of time.
-    assert notebook["status"] == "timed out after 10 s; graded on what ran; 3 deleted check cell(s) put back"
+    assert notebook["status"] == "timed out after 10 s; graded on what ran; 4 deleted check cell(s) put back"
     assert [(e["exercise_id"], e["points"], e["summary"]) for e in notebook["exercises"]] == [
         ("03.attention", 0, "not run: the notebook's 10 s ran out at cell 6"),
         ("03.causal_mask", 1, "correct"),
@@ -266,7 +266,7 @@ def test_a_dead_kernel_scores_zero_for_what_remains_and_says_why(tmp_path):
         'padding_mask = print\ncheck("03.padding_mask", padding_mask)',
     )
     result = grade.grade_notebook(path, timeout=60)
-    assert result.status == "the kernel died; graded on what ran; 4 deleted check cell(s) put back"
+    assert result.status == "the kernel died; graded on what ran; 5 deleted check cell(s) put back"
     assert [(g.exercise_id, g.points, g.summary) for g in result.exercises] == [
         ("03.attention", 0, "not run: the kernel died at cell 3"),
         ("03.causal_mask", 1, "correct"),
@@ -343,6 +343,23 @@ def _with_cell(notebook: nbformat.NotebookNode, after_id: str, source: str) -> n
     index = next(i for i, cell in enumerate(notebook.cells) if cell.get("id") == after_id)
     notebook.cells.insert(index + 1, new_code_cell(source))
     return notebook
+
+
+def test_a_prediction_changed_after_its_measurement_was_shown_scores_zero(tmp_path):
+    # The learner predicted 1, ran the measuring cell (its saved output shows the record), then typed in the number
+    # the measurement printed. A fresh kernel would record 64 as if first: the grader starts from what was shown.
+    notebook = _learner_copy(SOLUTION)
+    plant(notebook, "predicted_variance", "return 64.3")
+    measuring = next(c for c in notebook.cells if c.cell_type == "code" and "record_prediction(" in c.source)
+    measuring.outputs = [nbformat.v4.new_output(
+        "stream", name="stdout", text="Prediction recorded before the measurement (03.predict_variance): 1.\n")]
+    path = tmp_path / NAME
+    nbformat.write(notebook, path)
+    grades = {g.exercise_id: g for g in grade.grade_notebook(path).exercises}
+    late = grades["03.predict_variance"]
+    assert (late.points, late.summary) == (0, "predicted after the measurement was shown: changed from 1 after the "
+                                              "measurement was shown")
+    assert grades["03.attention"].points == grades["03.attention"].max_points  # the rest is graded as usual
 
 
 FORGE = """import json, os

@@ -3,7 +3,10 @@
 For each chapter: its exercises; the catalogued mistakes' variants and how many are named as themselves (the
 confusion test's figure); the mutants (uncatalogued wrong answers) and how many lose their points, how many get a
 verdict that names a mistake (always wrongly: they are not in the catalogue) and how many are described by their
-output instead. tests/test_check_catalogue.py asserts what this prints; this only counts.
+output instead; the pairs of mistakes the catalogue's builders make together (tutorial_lib.checks.compound), how many
+verdicts name both, and how many name one (the compound behaves exactly as that one mistake on every case) or none (it
+behaves as another pair too). tests/test_check_catalogue.py and tests/test_compound_mistakes.py assert what this
+prints; this only counts.
 
     .venv/bin/python tools/catalogue_report.py
 """
@@ -18,16 +21,18 @@ import warnings
 
 from tutorial_lib import checks
 from tutorial_lib.checks import chapter_exercises, check
+from tutorial_lib.checks.compound import compounds
 
 
 def main() -> None:
     chapters = sorted(m.name[2:] for m in pkgutil.iter_modules(checks.__path__) if re.fullmatch(r"ch\d\d", m.name))
-    header = ("chapter", "exercises", "variants", "named right", "mutants", "lost points", "named", "named wrongly")
+    header = ("chapter", "exercises", "variants", "named right", "mutants", "lost points", "named", "named wrongly",
+              "pairs", "both named", "one named", "none named")
     print("  ".join(f"{h:>13}" for h in header))
-    totals = [0] * 7
+    totals = [0] * 11
     for chapter in chapters:
         exercises = chapter_exercises(chapter)
-        variants = right = mutants = lost = named = 0
+        variants = right = mutants = lost = named = pairs = both = one = 0
         with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for exercise in exercises:
@@ -40,7 +45,12 @@ def main() -> None:
                     mutants += 1
                     lost += result.points == 0
                     named += bool(result.candidates)
-        row = [len(exercises), variants, right, mutants, lost, named, named]
+                for compound in compounds(exercise.mistakes):
+                    result = check(exercise.id, compound.answer)
+                    pairs += 1
+                    both += result.made_together and set(result.candidates) == {compound.first, compound.second}
+                    one += len(result.candidates) == 1
+        row = [len(exercises), variants, right, mutants, lost, named, named, pairs, both, one, pairs - both - one]
         totals = [t + r for t, r in zip(totals, row)]
         print("  ".join(f"{v:>13}" for v in [chapter, *row]))
     print("  ".join(f"{v:>13}" for v in ["all", *totals]))

@@ -16,12 +16,15 @@ import concurrent.futures
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
+
+from tutorial_lib.checks.prediction import PREDICTIONS_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIRS = ("chapters", "solutions", "exercises")
@@ -62,7 +65,8 @@ def execute(path: Path, timeout: int) -> None:
         record_timing=False,  # no timestamps in the stored notebook
         coalesce_streams=True,  # one stream output per cell, however the kernel happened to flush it
     )
-    client.execute(env={**os.environ, **KERNEL_ENV})
+    with tempfile.TemporaryDirectory() as records:  # the stored outputs show the predictions recorded in this run
+        client.execute(env={**os.environ, **KERNEL_ENV, PREDICTIONS_ENV: str(Path(records) / "predictions.json")})
     nbformat.write(renumber_widgets(notebook), path)
 
 

@@ -14,7 +14,10 @@ exercise notebook (``exercises/`` beside the package, or ``--release``), matched
 check; a deleted one is put back after the cell that preceded it), so editing or deleting them changes nothing. Each
 restored cell runs inside ``graded_cell(secret)`` with a secret drawn for this run, and only check-log lines carrying it
 count: a learner's own ``check(...)`` call, or a cell that writes lines to the log, scores nothing. A check also refuses
-an answer that is ``tutorial_lib``'s own implementation. This protects against accidents and copying the library; it
+an answer that is ``tutorial_lib``'s own implementation. A prediction counts as recorded when a restored measuring cell
+(``record_prediction(...)``) recorded it under the run's secret; the run starts from the predictions the submitted
+notebook's saved outputs show as recorded before their measurement, so one changed after its measurement was printed
+scores 0 here as in Jupyter (clearing the outputs erases that evidence). This protects against accidents and copying the library; it
 does not stop a determined attacker in the same kernel (who can read the secret from the kernel's history): grade
 untrusted code in a sandbox.
 
@@ -52,14 +55,16 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
 from tutorial_lib.checks.core import LOG_ENV, STRICT_ENV, chapter_exercises
+from tutorial_lib.checks.prediction import PREDICTIONS_ENV, shown_records, write_records
 
 DEFAULT_TIMEOUT = 300.0
 DEFAULT_RELEASE = Path(__file__).resolve().parents[1] / "exercises"  # the released exercises, in a clone of the book
 METADATA_KEY = "tutorial_lib"  # notebook metadata: {"tutorial_lib": {"assignment": "03"}}
 _CHAPTER_IN_NAME = re.compile(r"^(\d\d)_")
 _CHECK_CALL = re.compile(r"""check\(\s*["'](\d\d)\.""")
-_CHECKED_NAME = re.compile(r"""check\(\s*["']\d\d\.[a-z0-9_]+["']\s*,\s*([A-Za-z_]\w*)""")
-_CHECKED_ID = re.compile(r"""check\(\s*["'](\d\d\.[a-z0-9_]+)["']""")
+_CHECKED_NAME = re.compile(r"""(?:check|record_prediction)\(\s*["']\d\d\.[a-z0-9_]+["']\s*,\s*([A-Za-z_]\w*)""")
+# A released cell that checks an exercise, or records a prediction before its measurement: both are restored.
+_CHECKED_ID = re.compile(r"""\b(check|record_prediction)\(\s*["'](\d\d\.[a-z0-9_]+)["']""")
 # Every thread pool a kernel may start: PyTorch's (OpenMP), MKL's and OpenBLAS's (numpy).
 _THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
@@ -133,8 +138,22 @@ def _released(chapter: str, release: Path) -> nbformat.NotebookNode | None:
     return nbformat.read(found[0], as_version=4) if found else None
 
 
-def _checked_ids(cell: nbformat.NotebookNode) -> set[str]:
+def _predictions_shown(notebook: nbformat.NotebookNode) -> list[tuple[str, float]]:
+    """The predictions the submitted notebook's saved outputs show as recorded before their measurement, first first:
+    the grader's run starts from them, so a prediction changed after its measurement was printed scores 0."""
+    texts = [output.get("text", "") if output.get("output_type") == "stream"
+             else output.get("data", {}).get("text/plain", "")
+             for cell in notebook.cells if cell.cell_type == "code" for output in cell.get("outputs", [])]
+    return shown_records("\n".join("".join(text) if isinstance(text, list) else str(text) for text in texts))
+
+
+def _checked_calls(cell: nbformat.NotebookNode) -> set[tuple[str, str]]:
+    """The (call, exercise id) pairs of a code cell: ("check", "03.attention"), ("record_prediction", …)."""
     return set(_CHECKED_ID.findall(cell.source)) if cell.cell_type == "code" else set()
+
+
+def _checked_ids(cell: nbformat.NotebookNode) -> set[str]:
+    return {exercise_id for _, exercise_id in _checked_calls(cell)}
 
 
 def _graded_source(source: str, secret: str) -> str:
@@ -163,12 +182,12 @@ def restore_check_cells(notebook: nbformat.NotebookNode, released: nbformat.Note
     released_cells = [cell for cell in released.cells if cell.cell_type == "code"]
     put_back = 0
     for position, check_cell in enumerate(released_cells):
-        ids = _checked_ids(check_cell)
+        ids = _checked_calls(check_cell)
         if not ids:
             continue
         target = next((i for i, cell in enumerate(cells) if cell.get("id") == check_cell.get("id")), None)
         if target is None:
-            target = next((i for i, cell in enumerate(cells) if _checked_ids(cell) & ids), None)
+            target = next((i for i, cell in enumerate(cells) if _checked_calls(cell) & ids), None)
         if target is not None:
             cell = copy.deepcopy(cells[target])
             cell.cell_type, cell.source, cell.outputs = "code", check_cell.source, []
@@ -309,6 +328,7 @@ def grade_notebook(path: Path, timeout: float = DEFAULT_TIMEOUT, threads: int | 
         notebook, lines, secret = nbformat.v4.new_notebook(), [], ""
     else:
         secret = secrets.token_hex(16)
+        shown = _predictions_shown(notebook)  # read before the restored cells replace the outputs
         released = _released(chapters[0], release) if len(chapters) == 1 else None
         notebook, note = restore_check_cells(notebook, released, chapters, secret)
         notes += [note] if note else []
@@ -316,6 +336,9 @@ def grade_notebook(path: Path, timeout: float = DEFAULT_TIMEOUT, threads: int | 
             log = Path(tmp) / "checks.jsonl"
             env = kernel_environment(threads)
             env[LOG_ENV] = str(log)
+            env[PREDICTIONS_ENV] = str(Path(tmp) / "predictions.json")
+            write_records(({"exercise": exercise_id, "value": value, "secret": secret}
+                           for exercise_id, value in shown), Path(env[PREDICTIONS_ENV]))
             run = _run(notebook, path.resolve().parent, env, timeout)
             lines = log.read_text(encoding="utf-8", errors="replace").splitlines() if log.exists() else []
     reported, note = _log_records(lines, secret, {exercise.id for exercise in exercises})

@@ -37,5 +37,7 @@ from tutorial_lib.checks.core import (
     get_exercise,
     register,
 )
+from tutorial_lib.checks.prediction import record_prediction
 
-__all__ = ["Case", "CheckResult", "Exercise", "Mistake", "Mutant", "WrongOutput", "chapter_exercises", "check", "get_exercise", "register"]
+__all__ = ["Case", "CheckResult", "Exercise", "Mistake", "Mutant", "WrongOutput", "chapter_exercises", "check", "get_exercise", "record_prediction",
+           "register"]

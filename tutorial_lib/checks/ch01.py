@@ -27,6 +27,7 @@ from collections.abc import Mapping
 import torch
 
 from tutorial_lib import tokenizers as reference
+from tutorial_lib.checks.compound import mistake_builder
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 
@@ -645,6 +646,7 @@ def _recount(words, counts):
     return pairs
 
 
+@mistake_builder
 def _trainer(*, weighted=True, recount=True, update_words=True, pick="smallest", stop=True, returns="pairs"):
     """The merge loop with one composition choice made wrongly (the learner's own versions of count, pick, merge)."""
     def train_merges(word_counts, n_merges):

@@ -20,6 +20,7 @@ import math
 
 import torch
 
+from tutorial_lib.checks.compound import mistake_builder
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 from tutorial_lib.embeddings import (
@@ -362,6 +363,7 @@ def _inputs_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
+@mistake_builder
 def _inputs_with(*, scale_at="token", rows="offset", check=True):
     """The input layer with one composition choice made wrongly, as a learner combines the three exercises."""
     def embed_inputs(tokens, weight, pe, offset):

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tutorial_lib.attention import scaled_dot_product_attention
+from tutorial_lib.checks.compound import mistake_builder
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 from tutorial_lib.multi_head import MultiHeadAttention, merge_heads, split_heads
@@ -217,6 +218,7 @@ def _forward_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
+@mistake_builder
 def _with(*, scale=lambda d_model, d_head: math.sqrt(d_head), w_o=True, split=split_heads, merge=merge_heads,
           broadcast_mask=True, keys_from_x=False):
     """A learner's forward; each keyword reproduces one way of getting it wrong."""

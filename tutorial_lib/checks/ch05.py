@@ -25,6 +25,7 @@ from torch import nn
 from tutorial_lib.blocks import TransformerBlock
 from tutorial_lib.feed_forward import FeedForward, SwiGLU
 from tutorial_lib.models.llama import llama_d_ff
+from tutorial_lib.checks.compound import mistake_builder
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 
@@ -71,6 +72,7 @@ def _ffn_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
+@mistake_builder
 def _ffn_like(*, activation_at="hidden", gelu="exact", use_name=True, dropout_when="training", rescale=True):
     """A learner's FFN; each keyword reproduces one way of getting it wrong."""
 
@@ -169,6 +171,7 @@ def _gelu_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
+@mistake_builder
 def _gelu_with(*, half=0.5, coefficient=0.044715, power=3, root=True):
     def gelu_tanh(x):
         c = math.sqrt(2 / math.pi) if root else 2 / math.pi
@@ -244,6 +247,7 @@ def _swiglu_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
+@mistake_builder
 def _swiglu_like(*, gate=F.silu, branch="gate", combine="product", order="inside"):
     """A learner's SwiGLU; each keyword reproduces one way of getting it wrong."""
 
@@ -310,6 +314,7 @@ def _size_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
+@mistake_builder
 def _size_like(*, factor=lambda d: int(2 * (4 * d) / 3), rounding="up"):
     def swiglu_hidden_size(d_model, multiple_of):
         hidden = factor(d_model)
@@ -398,6 +403,7 @@ def _ffn_kind_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
+@mistake_builder
 def _ffn_kind_with(*, gelu="tanh", split="halves", gate=F.silu, activate="hidden"):
     """The three-family FFN with one composition choice made wrongly."""
     def ffn(x, w_in, b_in, w_out, b_out, kind):

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tutorial_lib.checks.compound import mistake_builder
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 from tutorial_lib.multi_head import MultiHeadAttention
@@ -49,6 +50,7 @@ def _norm_cases(generator: torch.Generator, *, with_bias: bool) -> list[Case]:
     ]
 
 
+@mistake_builder
 def _layer_norm_like(*, unbiased=False, eps_outside=False, dim=-1, affine=True):
     """A learner's LayerNorm; each keyword reproduces one way of getting it wrong."""
 
@@ -122,6 +124,7 @@ def reference_rms_norm(x, weight, eps):
     return F.rms_norm(x, weight.shape, weight, eps)
 
 
+@mistake_builder
 def _rms_norm_like(*, centre=False, eps_outside=False, dim=-1, scale=True, statistic="mean square"):
     """A learner's RMSNorm; each keyword reproduces one way of getting it wrong."""
 

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tutorial_lib.checks.compound import mistake_builder
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 from tutorial_lib.blocks import DecoderBlock, TransformerBlock
@@ -158,6 +159,7 @@ def _encoder_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
+@mistake_builder
 def _encoder_like(*, norm="post", residual=(True, True), mask=True, causal=False, dropout_on=False):
     """A learner's encoder layer; each keyword reproduces one way of getting it wrong."""
 
@@ -266,6 +268,7 @@ def _decoder_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
+@mistake_builder
 def _decoder_like(*, norm="post", residual=(True, True, True), causal=True, cross="memory", src_mask_on=True,
                   dropout_on=False):
     """A learner's decoder layer; each keyword reproduces one way of getting it wrong."""
@@ -377,6 +380,7 @@ def _smoothing_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
+@mistake_builder
 def _smoothing_like(*, spread="all", ignore_pad=True, denominator="kept", keep_nll_weight=True):
     """A learner's label-smoothed loss; each keyword reproduces one way of getting it wrong."""
 
@@ -454,6 +458,7 @@ def _noam_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
+@mistake_builder
 def _noam_like(*, scale=True, offset=0, warmup_offset=0, decay_power=-0.5, use_max=False):
     """A learner's Eq. (3); each keyword reproduces one way of getting it wrong."""
 
@@ -519,6 +524,7 @@ def _beam_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
+@mistake_builder
 def _beam_like(*, length_offset=0, normalise=True, form="gnmt", multiply=False):
     """A learner's beam score; each keyword reproduces one way of getting it wrong."""
 
@@ -663,6 +669,7 @@ def _decode_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
+@mistake_builder
 def _greedy_like(*, keep_bos=False, fill=True, stop="all", feed="prefix", position=-1, mask_in=("encode", "decode"),
                  steps=0):
     """A learner's greedy decoding; each keyword reproduces one way of getting it wrong."""

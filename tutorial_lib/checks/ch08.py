@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from tutorial_lib.checks.compound import mistake_builder
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 from tutorial_lib.counting import count_parameters, parameters_by_module
@@ -288,6 +289,7 @@ def _check_random_draws(model: GPT) -> None:
         same_shape.setdefault(weight.shape, []).append((where, weight))
 
 
+@mistake_builder
 def _gpt2_init_like(*, residual_std=lambda n_layers: 0.02 / math.sqrt(2 * n_layers),
                     residual_layers=("out_proj", "down"), every_linear=False, zero_biases=True,
                     embeddings=(TokenEmbedding, LearnedPositionalEmbedding), scale_first=False):
@@ -428,6 +430,7 @@ def _forward_call(obj, args):
     return obj(args[0].build(), args[1])
 
 
+@mistake_builder
 def _gpt_forward_like(*, scale=False, positions="before", causal=True, final_norm=True, output="logits"):
     """A learner's forward pass; each keyword reproduces one way of getting it wrong."""
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from tutorial_lib.checks.compound import mistake_builder
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 from tutorial_lib.data.shakespeare import get_batch
@@ -261,6 +262,7 @@ def reference_train_step(model, batch, loss_fn, optimizer, grad_clip=None) -> fl
     return history.train_loss[0]
 
 
+@mistake_builder
 def _step(*, train_mode=True, zero_grad="before", backward=1, retain_graph=False, clip="after_backward", step=True):
     """A learner's training step; each keyword reproduces one way of getting it wrong."""
 
@@ -498,14 +500,14 @@ PREDICT_INITIAL_LOSS = predict_number(
         Misconception("unigram_entropy", 3.309, "expected the untrained model to know how often each character occurs "
                                                 "(the unigram entropy, 3.31 nats)",
                       "Before any update the model knows nothing, not even the frequencies: its logits are nearly "
-                      "equal, so it spreads its probability evenly and pays -log(1/65) per character."),
+                      "equal, so it spreads its probability evenly over all 65 characters, and pays for that."),
         Misconception("bits_not_nats", math.log2(65), "computed the uniform guess's loss in bits, log₂ 65",
-                      "`F.cross_entropy` uses the natural logarithm: a uniform guess over 65 characters costs ln 65 nats."),
+                      "`F.cross_entropy` uses the natural logarithm: measure the uniform guess's cost in nats."),
         Misconception("vocab_size", 65.0, "took the loss to be the number of characters",
-                      "The loss is the negative *log*-probability of the right character: with 65 equally likely ones, "
-                      "ln 65."),
+                      "The loss is the negative *log*-probability of the right character, not a count of the "
+                      "characters."),
         Misconception("probability_not_loss", 1 / 65, "gave the probability of the right character, 1/65, not its loss",
-                      "The loss is -log of that probability: -log(1/65) = ln 65."),
+                      "The loss is not that probability but the negative natural log of it."),
     ],
     mutants=[
         wrong_prediction("half", 0.5, "below anything an untrained model reaches"),

@@ -18,6 +18,7 @@ import torch
 
 from tutorial_lib import sampling as reference
 from tutorial_lib.attention import causal_attention, scaled_dot_product_attention
+from tutorial_lib.checks.compound import mistake_builder
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 from tutorial_lib.kv_cache import KVCache, LayerKVCache
@@ -522,6 +523,7 @@ def _reference_forward(model, tokens, cache):
     return model(tokens, cache=cache)
 
 
+@mistake_builder
 def _forward_with(*, offset_from_cache: bool = True, pass_cache: bool = True, causal: bool = True,
                   final_norm: bool = True, extra_offset: int = 0):
     def forward(model, tokens, cache):
@@ -613,6 +615,7 @@ def _generate_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
+@mistake_builder
 def _generate_like(*, feed="new", cache=True, temperature="logits", top_p=True, position=-1, returned="all", steps=0):
     """A learner's generation loop; each keyword reproduces one way of composing it wrong."""
 

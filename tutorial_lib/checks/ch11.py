@@ -43,6 +43,7 @@ from tutorial_lib.recipes.ablation import (
     within_noise,
 )
 from tutorial_lib.stats import compare_paired, t_quantile
+from tutorial_lib.checks.compound import mistake_builder
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 from tutorial_lib.models.gpt import GPT, GPTConfig
@@ -220,14 +221,14 @@ REMOVE_ATTENTION = Exercise(
         Mistake("removed_ffn_instead", "removed the feed-forward network instead of the attention",
                 "The attention lives in `block.attn` and `block.attn_residual`; `block.ffn` is the other sublayer.",
                 (_removed_ffn,)),
-        Mistake("removed_whole_blocks", "removed the whole blocks, feed-forward networks included",
-                "Keep the blocks and their feed-forward networks: only the attention sublayer goes.", (_removed_blocks,)),
         Mistake("left_attention_parameters", "bypassed the attention but left its weights in the model",
                 "The output is right, but the attention's weights still count in the parameters (and in the ablation "
                 "table). Replace `block.attn` by `nn.Identity()` as well.", (_skip_only,)),
     ),
     mutants=(
         Mutant("all_but_last", "removes the attention of every block but the last", _all_but_last),
+        # Not catalogued: no learner asked to remove a sublayer deletes the blocks (an answer that does is described).
+        Mutant("removed_whole_blocks", "removes the whole blocks, feed-forward networks included", _removed_blocks),
         Mutant("also_final_norm", "removes the final LayerNorm as well", _also_final_norm),
         Mutant("zeros_kept_norm", "replaces the attention by zeros and keeps its norm", _zeros_kept_norm),
     ),
@@ -271,6 +272,7 @@ def reference_block_gradient_norms(model, tokens, targets):
     return block_gradient_norms(model, tokens, targets)
 
 
+@mistake_builder
 def _probe_like(*, zero_grad=True, what="grad", combine="norm", matrices_only=False, reduction="mean"):
     """A learner's probe; each keyword reproduces one way of getting it wrong."""
 
@@ -422,6 +424,7 @@ def _noise_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
+@mistake_builder
 def _noise_like(*, paired=True, centre="same_seed", quantile="t", df_offset=1, spread="sample", sqrt_n=True,
                 sides="two", cap_row=True):
     """A learner's within_noise; each keyword reproduces one way of getting it wrong."""
@@ -595,6 +598,7 @@ def reference_build_ablated_model(change, *, seed=0, model_cfg=_TINY):
     return build_ablated_model(change, seed=seed, model_cfg=model_cfg)
 
 
+@mistake_builder
 def _build_like(*, replace=True, replace_for_build=True, seed_when="before", surgery="apply", builder=True,
                 seed_offset=0, fixed_seed=None, base_cfg=None):
     """A learner's build_ablated_model; each keyword reproduces one way of getting it wrong."""

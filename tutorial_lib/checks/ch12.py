@@ -18,6 +18,9 @@
   ``n_kv_heads != n_rep`` once, so that the two counts cannot be swapped unnoticed.
 - ``12.predict_rope_wavelength`` (predict, then measure): how many positions the slowest pair of a 64-dimensional
   head needs for one turn, 2π / θ_31, from :func:`~tutorial_lib.rope.rope_frequencies`.
+- ``12.predict_rmsnorm_spread`` (predict, then measure): the spread over the features of RMSNorm's output when every
+  feature of a position carries the same offset, measured on seeded samples with the package's
+  :class:`~tutorial_lib.normalization.RMSNorm` (LayerNorm's would be 1).
 
 ``12.llama_block`` is the chapter's build exercise: it composes RMSNorm, RoPE, causal attention and SwiGLU.
 
@@ -32,10 +35,12 @@ import torch
 import torch.nn.functional as F
 
 from tutorial_lib.attention import causal_mask
+from tutorial_lib.checks.compound import mistake_builder
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 from tutorial_lib.models.llama import LlamaBlock, repeat_kv
 from tutorial_lib.multi_head import merge_heads, split_heads
+from tutorial_lib.normalization import RMSNorm
 from tutorial_lib.rope import RotaryEmbedding, RotaryMultiHeadAttention, apply_rope, rope_frequencies, rope_tables
 
 # --- 12.rope_tables -----------------------------------------------------------------------------------------------------
@@ -55,6 +60,7 @@ def _tables_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
+@mistake_builder
 def _tables_like(*, two_i=True, sign=-1, layout="halves", start=0, swap=False, duplicate=True, dtype=torch.float32):
     """A learner's rope_tables; each keyword reproduces one way of getting it wrong (``dtype``: where the angles are
     computed, which matters for the huge angles of growing frequencies)."""
@@ -153,6 +159,7 @@ def _rotate_half(x):
     return torch.cat([-x2, x1], dim=-1)
 
 
+@mistake_builder
 def _apply_like(*, rows="offset", rotate="half", sign=1.0):
     """A learner's apply_rope; each keyword reproduces one way of getting it wrong."""
 
@@ -281,6 +288,7 @@ def _block_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
+@mistake_builder
 def _block_like(*, norm="rms", rotate="qk", causal=True, scale="d_head", placement="pre", eps_inside=True, softmax_dim=-1):
     """A learner's LLaMA block; each keyword reproduces one way of getting it wrong."""
 
@@ -448,10 +456,6 @@ REPEAT_KV = Exercise(
         Mistake("repeated_d_head", "repeated along the last axis, d_head, instead of the head axis",
                 "Each head keeps its d_head dimensions; it is the number of heads that grows: repeat along dim=1.",
                 (_repeat_d_head,)),
-        Mistake("repeated_n_kv_heads_times", "repeated each head n_kv_heads times instead of n_rep times",
-                "n_rep = n_heads / n_kv_heads is the size of a group, the number of query heads that share one "
-                "key/value head; the size of x's axis 1 is the number of key/value heads, another number unless the "
-                "two happen to be equal.", (_repeat_by_n_kv_heads,)),
         Mistake("group_axis_not_merged", "expanded a group axis but did not merge it into the head axis",
                 "Inserting a group axis and expanding it to n_rep leaves a 5-D result; reshape it to "
                 "(batch, n_kv_heads · n_rep, seq, d_head), so that the query heads find their keys on axis 1.",
@@ -460,6 +464,9 @@ REPEAT_KV = Exercise(
     mutants=(
         Mutant("groups_reversed", "gives the groups their key/value heads in reverse order", _repeat_groups_reversed),
         Mutant("first_head_only", "shares the first key/value head with every query head", _repeat_first_head_only),
+        # Not catalogued: the function is handed n_rep, so no learner repeats by the number of key/value heads instead.
+        Mutant("repeated_n_kv_heads_times", "repeats each head n_kv_heads times instead of n_rep times",
+               _repeat_by_n_kv_heads),
     ),
 )
 
@@ -504,4 +511,59 @@ PREDICT_ROPE_WAVELENGTH = predict_number(
 )
 
 
-register(ROPE_TABLES, PREDICT_ROPE_WAVELENGTH, APPLY_ROPE, LLAMA_BLOCK, REPEAT_KV)
+# --- 12.predict_rmsnorm_spread (predict, then measure) -----------------------------------------------------------------
+
+SPREAD_SHIFT = 2.0  # the offset every feature of a position carries
+SPREAD_POSITIONS, SPREAD_D_MODEL = 256, 64
+
+
+def shifted_features(seed: int = 0) -> torch.Tensor:
+    """``SPREAD_POSITIONS`` positions of ``SPREAD_D_MODEL`` features: each feature N(0, 1) plus ``SPREAD_SHIFT``, the
+    same offset for every feature (a common offset in a residual stream)."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(SPREAD_POSITIONS, SPREAD_D_MODEL, generator=generator) + SPREAD_SHIFT
+
+
+def rmsnorm_spread(seed: int = 0) -> float:
+    """The standard deviation over the features of the package's RMSNorm (weight 1) applied to
+    :func:`shifted_features`, averaged over the positions: what of the features' variation RMSNorm passes on when it
+    does not re-centre."""
+    with torch.no_grad():
+        normalized = RMSNorm(SPREAD_D_MODEL)(shifted_features(seed))
+    return normalized.std(dim=-1, unbiased=False).mean().item()
+
+
+PREDICT_RMSNORM_SPREAD = predict_number(
+    "12.predict_rmsnorm_spread",
+    measure=rmsnorm_spread,
+    question="the spread of RMSNorm's output on inputs shifted by 2",
+    within=1.25,
+    points=1,
+    misconceptions=[
+        Misconception("recentred_like_layer_norm", 1.0,
+                      "expected RMSNorm to remove the common offset first, as LayerNorm does, leaving a spread of 1",
+                      "RMSNorm does not subtract the mean: the offset stays in every feature, and it counts in the "
+                      "root mean square that the whole vector is divided by, so the variation around the offset "
+                      "comes out smaller than LayerNorm's."),
+        Misconception("root_mean_square_as_sum", 1 / 3,
+                      "took the root mean square of the shifted features to be the offset plus the spread, 2 + 1",
+                      "Squares do not add like that: the mean of the squares of numbers with an offset is the square "
+                      "of the offset plus the variance, and the root of that is smaller than offset plus spread."),
+        Misconception("no_square_root", 0.2,
+                      "divided the features by their mean square instead of by its square root",
+                      "RMSNorm divides by the root of the mean square, a quantity in the units of the features "
+                      "themselves, so that the output's root mean square is 1."),
+        Misconception("unit_length", 1 / math.sqrt(5 * SPREAD_D_MODEL),
+                      "divided each position by its length, so that the vector has length 1",
+                      "RMSNorm divides by the root of the *mean* of the squares, not of their sum: its output has a "
+                      "root mean square of 1, a length of about the square root of d_model, and its features stay "
+                      "of the order of 1."),
+    ],
+    mutants=[
+        wrong_prediction("tiny", 0.01, "forty times too small, no misconception's value"),
+        wrong_prediction("three", 3.0, "larger than the input's own spread, no misconception's value"),
+    ],
+)
+
+
+register(ROPE_TABLES, PREDICT_ROPE_WAVELENGTH, APPLY_ROPE, LLAMA_BLOCK, REPEAT_KV, PREDICT_RMSNORM_SPREAD)

@@ -30,6 +30,7 @@ import torch._dynamo  # noqa: F401  the tensor recorders' first use imports it: 
 import torch.nn.functional as F
 
 from tutorial_lib import efficient_attention as reference
+from tutorial_lib.checks.compound import mistake_builder
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 from tutorial_lib.checks.tracing import ATTENTION_CALLEES
@@ -55,6 +56,7 @@ def _online_softmax_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
+@mistake_builder
 def _online_softmax_like(*, rescale=True, running_max=True, subtract_max=True, blocks="all"):
     """A learner's one-pass softmax; each keyword reproduces one way of getting it wrong."""
 
@@ -176,6 +178,7 @@ def _tile_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
+@mistake_builder
 def _tile_like(*, rescale_l=True, rescale_acc=True, boundary="<=", positions="absolute", masked=True):
     """A learner's tile update; each keyword reproduces one way of getting it wrong."""
 
@@ -301,6 +304,7 @@ def _banded_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
+@mistake_builder
 def _band_like(*, extra=0, mask_padding=True, scale=True):
     """A learner's banded attention with unfold; ``extra`` keys more (or fewer) than the window."""
 
@@ -410,6 +414,7 @@ def _linear_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
+@mistake_builder
 def _linear_like(*, causal=True, normalise=True, include_self=True, plus_one=True, use_eps=True, phi_values=False,
                  scale=False):
     """A learner's causal linear attention with cumulative sums; each keyword reproduces one way of getting it wrong."""
@@ -511,6 +516,7 @@ def _tile_backward_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
+@mistake_builder
 def _tile_backward_like(*, p_from="lse", delta="output", scale_scores=True, scale_grads=True):
     """A learner's tile backward; each keyword reproduces one way of getting it wrong."""
 
@@ -653,6 +659,7 @@ def _tiled_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
+@mistake_builder
 def _tiled_like(*, scale=True, reset=True, positions="absolute", normalise=True, last_block=True):
     """A learner's tiled attention built on the tile update; each keyword reproduces one way of getting it wrong."""
 

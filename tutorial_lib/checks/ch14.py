@@ -12,6 +12,9 @@
   optimizer into one update (:func:`tutorial_lib.recipes.bert.classification_loss`, then backward and step); tiny
   float64 classifiers with SGD, some holding the gradients of an earlier batch.
 - ``14.predict_mask_share`` (predict, then measure): the share of ordinary tokens that the masking turns into [MASK].
+- ``14.predict_label_shown`` (predict, then measure): among the positions that carry a label, the share whose input
+  still shows the original token, measured by masking the chapter's training text (seeded) with the package's
+  :func:`~tutorial_lib.models.bert.mask_tokens`.
 
 As in ``ch03``, the mistakes are written the way a learner would write them and carry no annotations.
 """
@@ -26,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tutorial_lib.attention import padding_mask
+from tutorial_lib.checks.compound import mistake_builder
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 from tutorial_lib.data.dialogue import nsp_pairs
@@ -73,6 +77,7 @@ def _ordinary(d_vocab, special_ids):
     return keep, keep.nonzero().squeeze(1)
 
 
+@mistake_builder
 def _masking_like(*, exclude_special=True, on="chosen", mask_share=0.8, order="random_then_kept", draw_from="ordinary",
                   labels="chosen"):
     """A learner's mask_tokens; each keyword reproduces one way of getting it wrong."""
@@ -340,6 +345,7 @@ def _pair_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
+@mistake_builder
 def _pairs_like(*, random_when="above", draw="skip", labels=(0, 1), order="a_first", last="stop"):
     """A learner's nsp_pairs; each keyword reproduces one way of getting it wrong."""
 
@@ -538,6 +544,7 @@ def reference_fine_tune_step(model, batch, optimizer):
     return loss.item()
 
 
+@mistake_builder
 def _step_like(*, zero_grad="first", mask=True, segments=True, order="backward_then_step", reduction="mean"):
     """A learner's fine-tuning step; each keyword reproduces one way of getting it wrong."""
 
@@ -661,4 +668,53 @@ PREDICT_MASK_SHARE = predict_number(
 )
 
 
-register(MASK_TOKENS, PREDICT_MASK_SHARE, MLM_LOSS, NSP_PAIRS, FINE_TUNE_STEP)
+# --- 14.predict_label_shown (predict, then measure) -------------------------------------------------------------------
+
+
+def label_shown_share(seed: int = 0) -> float:
+    """Among the positions that :func:`~tutorial_lib.models.bert.mask_tokens` gives a label, the share whose input is
+    the original token: the chapter's training text (its speeches as word ids, one long sequence, special ids as the
+    tokenizer numbers them) masked once with a generator seeded with ``seed``."""
+    from tutorial_lib.recipes.bert import load_script_data  # the corpus, loaded only when the measurement is made
+
+    data = load_script_data()
+    tokenizer = data.tokenizer
+    text = torch.tensor([token for line in data.train_lines for token in line])
+    generator = torch.Generator().manual_seed(seed)
+    inputs, labels = mask_tokens(text, tokenizer.mask_id, tokenizer.d_vocab, tokenizer.special_ids, generator)
+    labelled = labels != IGNORE_INDEX
+    return (inputs[labelled] == labels[labelled]).double().mean().item()
+
+
+PREDICT_LABEL_SHOWN = predict_number(
+    "14.predict_label_shown",
+    measure=label_shown_share,
+    question="the share of labelled positions whose input is the original token",
+    within=1.3,
+    points=1,
+    misconceptions=[
+        Misconception("random_counted_as_kept", 0.2,
+                      "counted the random replacements as showing the original token, as well as the kept ones",
+                      "A random replacement is drawn from the whole vocabulary of ordinary words, thousands of them: "
+                      "it lands on the original word almost never. Only the branch that keeps the token shows it."),
+        Misconception("share_of_all_positions", 0.015,
+                      "gave the share of all positions, labelled or not, that are chosen and kept",
+                      "The question counts among the labelled positions only, the chosen ones: the 15% is already "
+                      "given, so it does not multiply again."),
+        Misconception("mask_share_of_labels", 0.8,
+                      "gave the share of labelled positions shown as [MASK]",
+                      "Most labelled positions show [MASK], which is never the original word; the question asks about "
+                      "the others, where the model sees the very token it must predict."),
+        Misconception("none_shown", 0.0,
+                      "expected every chosen token to be hidden or changed",
+                      "BERT keeps some chosen tokens as they are, on purpose: the encoder must not learn that a token "
+                      "it can see is never one it will be asked about."),
+    ],
+    mutants=[
+        wrong_prediction("half", 0.5, "five times too large, no misconception's value"),
+        wrong_prediction("one_in_a_thousand", 0.001, "a hundred times too small, no misconception's value"),
+    ],
+)
+
+
+register(MASK_TOKENS, PREDICT_MASK_SHARE, MLM_LOSS, NSP_PAIRS, FINE_TUNE_STEP, PREDICT_LABEL_SHOWN)

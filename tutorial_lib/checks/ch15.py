@@ -15,6 +15,9 @@ accumulation under DDP's ``no_sync``.
   hold stale gradients; the micro-batches have unequal sizes in most cases. The answer's returned loss, the gradients
   it leaves and the record of synchronised forwards are compared with the package's
   :func:`~tutorial_lib.distributed.accumulate_gradients`.
+- ``15.predict_ring_bytes`` (predict, then measure): the bytes one rank sends to average the gradient of the chapter's
+  model (float32) over 8 ranks with the ring, counted from the messages of :func:`simulate_ranks` running the ring's
+  recipe.
 
 As in ``ch03``, the mistakes are written the way a learner would write them and carry no annotations.
 """
@@ -34,7 +37,9 @@ import torch
 from torch import nn
 from torch.utils.data import DistributedSampler
 
+from tutorial_lib.checks.compound import mistake_builder
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register
+from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 from tutorial_lib.distributed import accumulate_gradients, average_gradients, ring_all_reduce_
 from tutorial_lib.models.gpt import GPT, GPTConfig
 from tutorial_lib.training import language_model_loss
@@ -144,6 +149,7 @@ def _ring_call(obj, args):
     return results
 
 
+@mistake_builder
 def _ring_like(*, divide=True, gather=True, reduce_steps=lambda n: n - 1, hop_average=False, send_offset=-1):
     """A learner's rank program; each keyword reproduces one way of getting it wrong."""
 
@@ -269,6 +275,7 @@ def _indices_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
+@mistake_builder
 def _indices_like(*, seed_of=lambda seed, epoch, rank: seed + epoch, shuffle=True, pad=True, stride=True,
                   ignore_rank=False):
     """A learner's rank_indices; each keyword reproduces one way of getting it wrong."""
@@ -394,6 +401,7 @@ def _accumulation_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
+@mistake_builder
 def _accumulate_like(*, weight="share", zero="start", sync="last"):
     """A learner's accumulate_gradients; each keyword reproduces one way of getting it wrong."""
 
@@ -485,4 +493,70 @@ ACCUMULATE_GRADIENTS = Exercise(
     ),
 )
 
-register(RING_ALL_REDUCE, RANK_INDICES, ACCUMULATE_GRADIENTS)
+# --- 15.predict_ring_bytes (predict, then measure) --------------------------------------------------------------------
+
+RING_RANKS = 8  # the paper's eight GPUs
+CHAPTER_MODEL_PARAMETERS = 106_304  # chapter_model_parameters(), for the misconceptions' values (a test pins it)
+
+
+def chapter_model_parameters() -> int:
+    """The parameters of the chapter's model, ``GPT(DataParallelConfig().model_config(65))`` (65 characters), counted
+    on PyTorch's ``meta`` device: shapes only, no memory and no draw from the random state."""
+    from tutorial_lib.recipes import CHAR_GPT_CONFIG
+    from tutorial_lib.train_data_parallel import DataParallelConfig
+
+    with torch.device("meta"):
+        model = GPT(DataParallelConfig().model_config(CHAR_GPT_CONFIG.d_vocab))
+    return sum(parameter.numel() for parameter in model.parameters())
+
+
+def ring_bytes_sent(world_size: int = RING_RANKS, seed: int = 0) -> list[int]:
+    """The bytes each rank sends in one ring all-reduce of a float32 gradient the size of the chapter's model, one
+    entry per rank: every rank runs the ring's recipe on its own (seeded, random) gradient in :func:`simulate_ranks`,
+    and the numbers of each message its network logged are counted, 4 bytes each."""
+    generator = torch.Generator().manual_seed(seed)
+    n_parameters = chapter_model_parameters()
+    gradients = [torch.randn(n_parameters, generator=generator) for _ in range(world_size)]
+    _, network = simulate_ranks(reference_ring_all_reduce, gradients)
+    bytes_per_number = gradients[0].element_size()
+    return [sum(numel for _to_rank, numel in network.sent[rank]) * bytes_per_number for rank in range(world_size)]
+
+
+def ring_bytes_per_rank() -> float:
+    """The mean over the ranks of :func:`ring_bytes_sent` (the ranks send the same when the ranks divide the size)."""
+    sent = ring_bytes_sent()
+    return sum(sent) / len(sent)
+
+
+PREDICT_RING_BYTES = predict_number(
+    "15.predict_ring_bytes",
+    measure=ring_bytes_per_rank,
+    question="the bytes one rank sends in the ring all-reduce of the model's gradient on 8 ranks",
+    within=1.3,
+    points=1,
+    misconceptions=[
+        Misconception("everyone_to_everyone", 7 * CHAPTER_MODEL_PARAMETERS * 4.0,
+                      "had every rank send its whole gradient to each of the 7 others",
+                      "That is the obvious all-reduce the ring replaces. In the ring a rank only ever talks to its "
+                      "right neighbour, one chunk of an eighth of the gradient per step."),
+        Misconception("whole_gradient_once", CHAPTER_MODEL_PARAMETERS * 4.0,
+                      "expected each rank to send its gradient once, about 425 kB",
+                      "The ring has two phases: the reduce-scatter passes partial sums until each rank holds one "
+                      "complete chunk, then the all-gather passes the complete chunks around again. Count the chunks "
+                      "a rank sends in both."),
+        Misconception("numbers_not_bytes", 2 * 7 / 8 * CHAPTER_MODEL_PARAMETERS,
+                      "counted the numbers sent rather than the bytes",
+                      "Each float32 number takes 4 bytes on the wire."),
+        Misconception("one_chunk", CHAPTER_MODEL_PARAMETERS * 4.0 / 8,
+                      "counted a single chunk, an eighth of the gradient",
+                      "A rank sends one chunk per step, and the ring takes more than one step: count the steps of "
+                      "the reduce-scatter and of the all-gather."),
+    ],
+    mutants=[
+        wrong_prediction("ten_megabytes", 10e6, "thirteen times too large, no misconception's value"),
+        wrong_prediction("one_kilobyte", 1e3, "seven hundred times too small, no misconception's value"),
+    ],
+)
+
+
+register(RING_ALL_REDUCE, RANK_INDICES, ACCUMULATE_GRADIENTS, PREDICT_RING_BYTES)

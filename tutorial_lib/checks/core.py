@@ -55,6 +55,7 @@ from tutorial_lib.checks.compare import (
     same_but_non_finite,
     tensor_failure,
 )
+from tutorial_lib.checks.compound import Compound, compounds
 from tutorial_lib.checks.running import (
     Outcome,
     describe_error,
@@ -195,6 +196,9 @@ class Exercise:
     # What does the exercise's work for the learner (tutorial_lib.checks.tracing): the package's implementations and
     # torch's functions and modules that an answer may not call (the reference too, when it is the package's own).
     forbidden: tuple[Any, ...] = ()
+    # Refuses an answer before it is run: returns ``(kind, body, reason)`` for a verdict, or None to go on (a
+    # prediction whose record, made before the measurement was shown, is missing or differs from the answer).
+    precondition: Callable[[Any], tuple[str, str, str] | None] | None = None
 
     def __post_init__(self) -> None:
         if not _EXERCISE_ID.match(self.id):
@@ -315,6 +319,8 @@ KINDS = (
     "library_answer",
     "wrong_gradients",
     "calls_the_work",
+    "not_recorded",
+    "predicted_after_measurement",
 )
 _HEADLINES = {
     "passed": "correct",
@@ -332,6 +338,8 @@ _HEADLINES = {
     "library_answer": "tutorial_lib's own code, not yours",
     "wrong_gradients": "wrong gradients",
     "calls_the_work": "calls code that does the exercise's work",
+    "not_recorded": "prediction not recorded before the measurement",
+    "predicted_after_measurement": "predicted after the measurement was shown",
 }
 
 
@@ -418,6 +426,7 @@ class _OurOutcomes:
         self.cases = exercise.make_cases()
         self._reference: dict[int, Outcome] = {}
         self._mistakes: dict[str, list[list[Outcome]]] | None = None
+        self._compounds: list[tuple[Compound, list[Outcome]]] | None = None
 
     def reference(self, index: int, case: Case) -> Outcome:
         if index not in self._reference:
@@ -428,6 +437,13 @@ class _OurOutcomes:
         if self._mistakes is None:
             self._mistakes = _mistake_outcomes(self.exercise, cases)
         return self._mistakes
+
+    def compounds(self, cases: Sequence[Case]) -> list[tuple[Compound, list[Outcome]]]:
+        """The pairs of mistakes made together (tutorial_lib.checks.compound) and their outcomes on every case."""
+        if self._compounds is None:
+            self._compounds = [(compound, [run_ours(self.exercise.run, compound.answer, case.args) for case in cases])
+                               for compound in compounds(self.exercise.mistakes)]
+        return self._compounds
 
 
 def _outcomes_key(exercise: Exercise) -> tuple:
@@ -497,6 +513,26 @@ def _mistake_pair(exercise: Exercise, learner: Sequence[Outcome], refused: Seque
             if explained and (second, first) not in found:
                 found.append((first, second))
     return found[0] if len(found) == 1 else None
+
+
+def _two_mistakes(exercise: Exercise, cases: Sequence[Case], learner: Sequence[Outcome], refused: Sequence[bool],
+                  outcomes: dict[str, list[list[Outcome]]]) -> tuple[Mistake, Mistake] | None:
+    """Two catalogued mistakes made together, named only when nothing else explains the answer as well.
+
+    First the compounds the catalogue's builders make (tutorial_lib.checks.compound): exactly one pair whose compound
+    behaves like the learner on every case is named; two or more are told apart by nothing, so none is. Without a
+    compound that matches, the evidence of the cases themselves (:func:`_mistake_pair`)."""
+    found = {(compound.first, compound.second)
+             for compound, results in _ours(exercise).compounds(cases)
+             if all(_same_behaviour(got, theirs, exercise.tolerance, refused=bad)
+                    for got, theirs, bad in zip(learner, results, refused))}
+    if not found:
+        return _mistake_pair(exercise, learner, refused, outcomes)
+    if len(found) > 1:
+        return None
+    (first, second), = found
+    by_name = {mistake.name: mistake for mistake in exercise.mistakes}
+    return by_name[first], by_name[second]
 
 
 def _gradient_run(exercise: Exercise, case: Case) -> Callable[[Any, tuple[Any, ...]], dict[str, torch.Tensor]]:
@@ -640,6 +676,10 @@ def _judge(exercise: Exercise, obj: Any, time_limit: float) -> _Verdict:
     if not callable(obj):
         return _Verdict("wrong_type", f"check expects your function or class, got {describe_type(obj)}.",
                         f"got {describe_type(obj)}, not a function")
+    if exercise.precondition is not None:
+        refusal = exercise.precondition(obj)
+        if refusal is not None:
+            return _Verdict(*refusal)
     cases = _ours(exercise).cases
     learner: list[Outcome] = []
     failures: list[Failure | None] = []
@@ -705,7 +745,7 @@ def _judge(exercise: Exercise, obj: Any, time_limit: float) -> _Verdict:
     pair = None
     if not mistakes and learner_grads is None:
         try:
-            pair = _mistake_pair(exercise, learner, refused, outcomes)
+            pair = _two_mistakes(exercise, cases, learner, refused, outcomes)
         except Exception:  # an output too strange to compare entry by entry (a meta tensor, say): described instead
             pair = None
     if len(mistakes) == 1:
@@ -741,6 +781,11 @@ def _judge(exercise: Exercise, obj: Any, time_limit: float) -> _Verdict:
 
 
 _graded_cell_secret: str | None = None
+
+
+def graded_secret() -> str | None:
+    """The secret of the grader's cell running now (see :func:`graded_cell`), or None outside the grader."""
+    return _graded_cell_secret
 
 
 @contextlib.contextmanager
