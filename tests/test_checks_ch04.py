@@ -151,3 +151,22 @@ def test_the_functional_reference_is_the_package_module_with_its_weights():
 def test_the_parameter_prediction_names_full_size_heads(predict):
     assert predict("04.predict_parameters", lambda: 4 * 512 * 512).passed  # biases forgotten: still within 1.25
     assert predict("04.predict_parameters", lambda: 8 * 4 * 512 * 512).mistake == "every_head_full_size"
+
+
+# --- the measured prediction (04.predict_flop_ratio) ------------------------------------------------------------------
+
+
+def test_the_flop_counter_counts_the_projections_and_the_attention_products():
+    from tutorial_lib.checks.ch04 import attention_flops
+
+    projections = 4 * 2 * 128 * 512 * 512  # four d_model × d_model projections of 128 positions, 2 FLOPs a multiply-add
+    attention_products = 2 * 2 * 128 * 128 * 512  # Q Kᵀ and weights · V, summed over the heads
+    assert attention_flops(8) == attention_flops(1) == projections + attention_products
+
+
+def test_the_flop_ratio_prediction_names_each_wrong_picture(predict):
+    assert predict("04.predict_flop_ratio", lambda: 1.0).passed
+    assert predict("04.predict_flop_ratio", lambda: 8).mistake == "every_head_full_size"
+    assert predict("04.predict_flop_ratio", lambda: 1 / 8).mistake == "heads_divide_the_work"
+    assert predict("04.predict_flop_ratio", lambda: 1.8).mistake == "full_width_attention_per_head"
+    assert predict("04.predict_flop_ratio", lambda: 64).mistake == "pairs_of_heads"

@@ -171,3 +171,25 @@ def test_a_learners_swapped_gate_is_named(assert_mistake_named):
 def test_the_share_prediction_names_equal_halves(predict):
     assert predict("05.predict_ffn_share", lambda: 2 / 3).passed
     assert predict("05.predict_ffn_share", lambda: 0.5).mistake == "as_large_as_attention"
+
+
+# --- the measured prediction (05.predict_dead_share) ------------------------------------------------------------------
+
+
+def test_the_dead_share_is_measured_on_the_relu_output_and_stays_near_half():
+    from tutorial_lib.checks.ch05 import dead_share, ffn_hidden_units
+
+    hidden = ffn_hidden_units()
+    assert hidden.shape == (512, 256) and hidden.min() == 0  # after the ReLU
+    assert 0.4 < dead_share() < 0.55
+    # the shift sorts the units: some are off for every input, about as many on for every input
+    always_off, always_on = (hidden == 0).all(0).sum().item(), (hidden > 0).all(0).sum().item()
+    assert always_off > 10 and always_on > 10
+
+
+def test_the_dead_share_prediction_names_each_wrong_picture(predict):
+    assert predict("05.predict_dead_share", lambda: 0.5).passed
+    assert predict("05.predict_dead_share", lambda: 0).mistake == "positive_inputs_pass"
+    assert predict("05.predict_dead_share", lambda: 0.0013).mistake == "share_of_negative_inputs"
+    assert predict("05.predict_dead_share", lambda: 0.75).mistake == "shift_only_switches_off"
+    assert predict("05.predict_dead_share", lambda: 0.25).mistake == "shift_only_switches_on"

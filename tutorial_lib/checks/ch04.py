@@ -7,6 +7,7 @@ train silently. As in ``ch03``, the mistakes are written the way a learner would
 ``04.multi_head_forward`` is the build exercise: it composes the projections, the split, chapter 03's attention, the
 merge and W^O into multi-head attention end to end. ``04.predict_parameters`` (predict, then measure) asks how many
 parameters 8-head attention has at d_model = 512: as many as one head, since the heads split d_model.
+``04.predict_flop_ratio`` measures the same fact in compute: the FLOPs of 8 heads over those of 1, counted by PyTorch.
 """
 
 from __future__ import annotations
@@ -315,4 +316,55 @@ PREDICT_PARAMETERS = predict_number(
     ],
 )
 
-register(SPLIT_HEADS, MERGE_HEADS, MULTI_HEAD_FORWARD, PREDICT_PARAMETERS)
+
+# --- 04.predict_flop_ratio (predict, then measure: what splitting into heads costs in compute) ------------------------------
+
+
+def attention_flops(n_heads: int, d_model: int = 512, seq: int = 128) -> int:
+    """The floating-point operations of one forward of the package's MultiHeadAttention on 1 × ``seq`` random positions
+    (seed 0), as torch.utils.flop_counter.FlopCounterMode counts them: the four projections (``aten.addmm``) and the
+    two attention products Q Kᵀ and weights · V (``aten.bmm``), 2 per multiply-add; it counts no softmax or scaling."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    x = torch.randn(1, seq, d_model, generator=torch.Generator().manual_seed(0))
+    with torch.random.fork_rng(devices=[]):  # the caller's random state is left alone
+        torch.manual_seed(0)
+        module = MultiHeadAttention(d_model, n_heads)
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        module(x)
+    return counter.get_total_flops()
+
+
+def flop_ratio() -> float:
+    """FLOPs of 8-head attention over FLOPs of 1-head attention at d_model = 512 on 128 positions (counted)."""
+    return attention_flops(8) / attention_flops(1)
+
+
+PREDICT_FLOP_RATIO = predict_number(
+    "04.predict_flop_ratio",
+    measure=flop_ratio,
+    question="the FLOPs of 8 heads over those of 1 head",
+    within=1.25,
+    points=1,
+    misconceptions=[
+        Misconception("every_head_full_size", 8.0, "gave every head the cost of a full-size single head",
+                      "A head works on d_head = d_model / n_heads columns, not on all of d_model: the heads share out "
+                      "the width of the single head, so together they do the work it does."),
+        Misconception("heads_divide_the_work", 1 / 8, "counted the cost of one of the eight heads only",
+                      "The heads run side by side, but every one of them is computed: add their costs, and add the "
+                      "projections, which are the same d_model-wide matrices whatever the number of heads."),
+        Misconception("full_width_attention_per_head", 16 / 9,
+                      "kept the projections shared but gave every head full-width score and value products",
+                      "Inside attention each head's queries, keys and values are d_head wide, not d_model: its score "
+                      "product is 8 times smaller than the single head's, so the 8 heads together match it."),
+        Misconception("pairs_of_heads", 64.0, "made every head attend with every other head (8 × 8 pairs)",
+                      "Each head compares its own queries with its own keys only; heads never meet until their outputs "
+                      "are concatenated and multiplied by W^O."),
+    ],
+    mutants=[
+        wrong_prediction("three_times", 3.0, "three times the cost, explained by no misconception"),
+        wrong_prediction("half", 0.5, "half the cost, explained by no misconception"),
+    ],
+)
+
+register(SPLIT_HEADS, MERGE_HEADS, MULTI_HEAD_FORWARD, PREDICT_PARAMETERS, PREDICT_FLOP_RATIO)

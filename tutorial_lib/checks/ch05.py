@@ -10,6 +10,8 @@
   form) and LLaMA's SwiGLU with the gate and up projections fused; the catalogue holds the composition mistakes (the
   exact GELU, the fused halves swapped or interleaved, the activation on the output).
 - ``05.predict_ffn_share`` (predict, then measure) asks for the FFN's share of a base block's parameters, about 2/3.
+- ``05.predict_dead_share`` (predict, then measure, by running the FFN) asks which share of the hidden ReLU units are
+  exactly 0 at initialisation on inputs shifted by +3: still about half, since the weights are as often negative.
 
 As in ``ch03``, the mistakes are written the way a learner would write them and carry no annotations.
 """
@@ -521,4 +523,62 @@ PREDICT_FFN_SHARE = predict_number(
     ],
 )
 
-register(FEED_FORWARD, GELU_TANH, SWIGLU, SWIGLU_HIDDEN_SIZE, FFN, PREDICT_FFN_SHARE)
+
+# --- 05.predict_dead_share (predict, then measure: how many ReLU units are off at initialisation) --------------------------
+
+DEAD_SHARE_SHIFT = 3.0  # every input coordinate is drawn from N(3, 1): almost all of them are positive
+
+
+def ffn_hidden_units(shift: float = DEAD_SHARE_SHIFT, d_model: int = 64, d_ff: int = 256, n_inputs: int = 512) -> torch.Tensor:
+    """The hidden units of the package's ReLU FeedForward(d_model, d_ff) (initialised with seed 0) after the ReLU, on
+    ``n_inputs`` inputs x ~ N(shift, 1) (seed 0), caught by a forward hook as the input of the second layer (dropout
+    is 0, so that is the ReLU's output): (n_inputs, d_ff)."""
+    with torch.random.fork_rng(devices=[]):  # the caller's random state is left alone
+        torch.manual_seed(0)
+        ffn = FeedForward(d_model, d_ff)
+    x = shift + torch.randn(n_inputs, d_model, generator=torch.Generator().manual_seed(0))
+    caught = []
+    hook = ffn.down.register_forward_hook(lambda module, inputs, output: caught.append(inputs[0]))
+    try:
+        with torch.no_grad():
+            ffn(x)
+    finally:
+        hook.remove()
+    return caught[0]
+
+
+def dead_share() -> float:
+    """The share of the hidden activations that are exactly 0 after the ReLU, inputs shifted by +3."""
+    return (ffn_hidden_units() == 0).float().mean().item()
+
+
+PREDICT_DEAD_SHARE = predict_number(
+    "05.predict_dead_share",
+    measure=dead_share,
+    question="the share of hidden ReLU activations that are 0 on inputs around +3",
+    within=1.25,
+    points=1,
+    misconceptions=[
+        Misconception("positive_inputs_pass", 0.0, "expected positive inputs to switch every hidden unit on",
+                      "The ReLU acts on the hidden pre-activations, not on the inputs: each is a weighted sum of the "
+                      "inputs, and at initialisation about as many weights are negative as positive."),
+        Misconception("share_of_negative_inputs", 0.00135,
+                      "took the share of input coordinates below zero (the tail of N(3, 1))",
+                      "A hidden unit is off when its weighted sum is negative, whatever the sign of each input: "
+                      "with weights of both signs, a large shared input pushes some units up and others down."),
+        Misconception("shift_only_switches_off", 0.75,
+                      "expected the shift to switch units off and never on",
+                      "The shift moves each unit's pre-activation by an amount set by the sum of its weights, which "
+                      "is as often negative as positive: as many units are pushed on as off."),
+        Misconception("shift_only_switches_on", 0.25,
+                      "expected the shift to switch units on and never off",
+                      "The shift moves each unit's pre-activation by an amount set by the sum of its weights, which "
+                      "is as often negative as positive: as many units are pushed off as on."),
+    ],
+    mutants=[
+        wrong_prediction("a_tenth", 0.1, "a few units off, explained by no misconception"),
+        wrong_prediction("all_off", 1.0, "every unit off, explained by no misconception"),
+    ],
+)
+
+register(FEED_FORWARD, GELU_TANH, SWIGLU, SWIGLU_HIDDEN_SIZE, FFN, PREDICT_FFN_SHARE, PREDICT_DEAD_SHARE)
