@@ -211,16 +211,18 @@ def test_the_mlm_loss_reference_is_the_packages_loss_without_nsp():
     torch.testing.assert_close(reference_mlm_loss(logits, tokens, chosen), expected)
 
 
-# --- 14.predict_label_shown ---------------------------------------------------------------------------------------------
+# --- 14.predict_pairs_without_label -------------------------------------------------------------------------------------
 
 
-def test_the_labelled_positions_that_show_their_token_are_measured_and_misconceptions_named(predict):
-    from tutorial_lib.checks.ch14 import label_shown_share
+def test_the_pairs_without_a_label_are_measured_and_misconceptions_named(predict):
+    from tutorial_lib.checks.ch14 import pairs_without_label_share
 
-    share = label_shown_share()
-    assert 0.095 < share < 0.106  # the kept 10%, and a random draw that seldom lands on the original word
-    assert predict("14.predict_label_shown", lambda: 0.1).passed  # the solution's reasoning
-    assert predict("14.predict_label_shown", lambda: 0.2).mistake == "random_counted_as_kept"
-    assert predict("14.predict_label_shown", lambda: 0.015).mistake == "share_of_all_positions"
-    assert predict("14.predict_label_shown", lambda: 0.8).mistake == "mask_share_of_labels"
-    assert predict("14.predict_label_shown", lambda: 0).mistake == "none_shown"
+    share = pairs_without_label_share()
+    # more than an average pair's chance (0.85 ** 15.6 = 0.079), since short pairs escape far more often than long ones
+    assert 0.09 < share < 0.13
+    assert predict("14.predict_pairs_without_label", lambda: 0.1).passed  # the solution's reasoning
+    assert predict("14.predict_pairs_without_label", lambda: 0.079).passed  # an average pair's chance
+    assert predict("14.predict_pairs_without_label", lambda: 0).mistake == "every_pair_labelled"
+    assert predict("14.predict_pairs_without_label", lambda: 0.85).mistake == "one_token_unchosen"
+    assert predict("14.predict_pairs_without_label", lambda: 0.049).mistake == "special_tokens_counted"
+    assert predict("14.predict_pairs_without_label", lambda: 0.0004).mistake == "padding_counted"

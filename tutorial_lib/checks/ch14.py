@@ -12,9 +12,9 @@
   optimizer into one update (:func:`tutorial_lib.recipes.bert.classification_loss`, then backward and step); tiny
   float64 classifiers with SGD, some holding the gradients of an earlier batch.
 - ``14.predict_mask_share`` (predict, then measure): the share of ordinary tokens that the masking turns into [MASK].
-- ``14.predict_label_shown`` (predict, then measure): among the positions that carry a label, the share whose input
-  still shows the original token, measured by masking the chapter's training text (seeded) with the package's
-  :func:`~tutorial_lib.models.bert.mask_tokens`.
+- ``14.predict_pairs_without_label`` (predict, then measure): the share of the pairs in the chapter's pre-training
+  batches in which the masking chose no token, so that the masked-LM loss learns nothing from them (each token is
+  chosen on its own coin: short pairs often escape).
 
 As in ``ch03``, the mistakes are written the way a learner would write them and carry no annotations.
 """
@@ -668,53 +668,53 @@ PREDICT_MASK_SHARE = predict_number(
 )
 
 
-# --- 14.predict_label_shown (predict, then measure) -------------------------------------------------------------------
+# --- 14.predict_pairs_without_label (predict, then measure) ---------------------------------------------------------
+
+PAIRS_BATCHES = 40  # the chapter's first 40 pre-training batches of 64 pairs: 2,560 pairs
 
 
-def label_shown_share(seed: int = 0) -> float:
-    """Among the positions that :func:`~tutorial_lib.models.bert.mask_tokens` gives a label, the share whose input is
-    the original token: the chapter's training text (its speeches as word ids, one long sequence, special ids as the
-    tokenizer numbers them) masked once with a generator seeded with ``seed``."""
-    from tutorial_lib.recipes.bert import load_script_data  # the corpus, loaded only when the measurement is made
+def pairs_without_label_share(n_batches: int = PAIRS_BATCHES, seed: int = 0) -> float:
+    """The share of the pairs in the chapter's pre-training batches (:func:`~tutorial_lib.recipes.bert.pretraining_batches`
+    on its training speeches, ``BERT_BATCH_SIZE`` pairs of at most ``n_ctx`` tokens, a generator seeded with ``seed``)
+    in which the masking chose no token at all, so that the masked-LM loss learns nothing from them."""
+    from tutorial_lib.recipes.bert import BERT_BATCH_SIZE, TINY_BERT_CONFIG, load_script_data, pretraining_batches
 
-    data = load_script_data()
-    tokenizer = data.tokenizer
-    text = torch.tensor([token for line in data.train_lines for token in line])
-    generator = torch.Generator().manual_seed(seed)
-    inputs, labels = mask_tokens(text, tokenizer.mask_id, tokenizer.d_vocab, tokenizer.special_ids, generator)
-    labelled = labels != IGNORE_INDEX
-    return (inputs[labelled] == labels[labelled]).double().mean().item()
+    data = load_script_data()  # the corpus, loaded only when the measurement is made
+    next_batch = pretraining_batches(data.train_lines, data.tokenizer, batch_size=BERT_BATCH_SIZE,
+                                     n_ctx=TINY_BERT_CONFIG.n_ctx, generator=torch.Generator().manual_seed(seed))
+    labelled_per_pair = torch.cat([(next_batch().labels != IGNORE_INDEX).sum(dim=1) for _ in range(n_batches)])
+    return (labelled_per_pair == 0).double().mean().item()
 
 
-PREDICT_LABEL_SHOWN = predict_number(
-    "14.predict_label_shown",
-    measure=label_shown_share,
-    question="the share of labelled positions whose input is the original token",
-    within=1.3,
+PREDICT_PAIRS_WITHOUT_LABEL = predict_number(
+    "14.predict_pairs_without_label",
+    measure=pairs_without_label_share,
+    question="the share of pairs in which no token is chosen",
+    within=1.5,
     points=1,
     misconceptions=[
-        Misconception("random_counted_as_kept", 0.2,
-                      "counted the random replacements as showing the original token, as well as the kept ones",
-                      "A random replacement is drawn from the whole vocabulary of ordinary words, thousands of them: "
-                      "it lands on the original word almost never. Only the branch that keeps the token shows it."),
-        Misconception("share_of_all_positions", 0.015,
-                      "gave the share of all positions, labelled or not, that are chosen and kept",
-                      "The question counts among the labelled positions only, the chosen ones: the 15% is already "
-                      "given, so it does not multiply again."),
-        Misconception("mask_share_of_labels", 0.8,
-                      "gave the share of labelled positions shown as [MASK]",
-                      "Most labelled positions show [MASK], which is never the original word; the question asks about "
-                      "the others, where the model sees the very token it must predict."),
-        Misconception("none_shown", 0.0,
-                      "expected every chosen token to be hidden or changed",
-                      "BERT keeps some chosen tokens as they are, on purpose: the encoder must not learn that a token "
-                      "it can see is never one it will be asked about."),
+        Misconception("every_pair_labelled", 0.0,
+                      "expected every pair to get some labels, as if 15% of each pair's tokens were chosen",
+                      "Each token is chosen on its own coin, with no quota per pair: a short pair can come out with "
+                      "no chosen token at all, and the loss then learns nothing from it."),
+        Misconception("one_token_unchosen", 0.85,
+                      "gave the chance that a single token is not chosen",
+                      "A pair is left without a label only when every one of its ordinary tokens escapes the draw; "
+                      "that is much rarer than one token escaping it."),
+        Misconception("special_tokens_counted", 0.049,
+                      "counted [CLS] and the two [SEP] as tokens that can be chosen",
+                      "The special tokens are never chosen: only the ordinary words of the pair take part in the "
+                      "draw, so fewer chances, and more pairs with none chosen."),
+        Misconception("padding_counted", 0.0004,
+                      "counted every position up to the context length, padding included, as a chance to be chosen",
+                      "Padding and special tokens are never chosen: count the words of the pair itself, which are "
+                      "far fewer than the context length."),
     ],
     mutants=[
-        wrong_prediction("half", 0.5, "five times too large, no misconception's value"),
-        wrong_prediction("one_in_a_thousand", 0.001, "a hundred times too small, no misconception's value"),
+        wrong_prediction("half", 0.5, "about five times too large, no misconception's value"),
+        wrong_prediction("one_in_a_hundred", 0.01, "ten times too small, no misconception's value"),
     ],
 )
 
 
-register(MASK_TOKENS, PREDICT_MASK_SHARE, MLM_LOSS, NSP_PAIRS, FINE_TUNE_STEP, PREDICT_LABEL_SHOWN)
+register(MASK_TOKENS, PREDICT_MASK_SHARE, MLM_LOSS, NSP_PAIRS, FINE_TUNE_STEP, PREDICT_PAIRS_WITHOUT_LABEL)
