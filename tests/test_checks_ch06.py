@@ -164,3 +164,15 @@ def test_the_normalized_length_is_the_root_of_d_model(predict):
     assert abs(after - 16.0) < 1e-3 and before > 60
     assert predict("06.predict_normalized_length", lambda: 16).passed
     assert predict("06.predict_normalized_length", lambda: 256).mistake == "length_d_model"
+
+
+def test_the_deep_pre_norm_stream_grows_like_a_sum_of_unrelated_additions(predict):
+    from tutorial_lib.checks.ch06 import pre_norm_stream_lengths
+
+    lengths = pre_norm_stream_lengths()
+    assert 39 < lengths[23] < 45 and 75 < lengths[-1] < 88  # the chapter's 42 at block 24; about twice that at 96
+    assert predict("06.predict_deep_stream", lambda: 84).passed  # the solution's reasoning
+    assert predict("06.predict_deep_stream", lambda: 168).mistake == "grows_with_depth"
+    assert predict("06.predict_deep_stream", lambda: 42).mistake == "stops_growing"
+    assert predict("06.predict_deep_stream", lambda: 8).mistake == "normalized_stream"
+    assert predict("06.predict_deep_stream", lambda: 42 * (42 / 6.1) ** (72 / 23)).mistake == "compounds_per_block"

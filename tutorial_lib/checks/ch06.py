@@ -5,6 +5,8 @@
   root differ by a lot), a nearly constant row (standard deviation 1e-3, below √ε), and ``batch == d_model`` so that
   statistics over the wrong axis keep every shape.
 - ``06.pre_norm_residual`` takes the norm and the sublayer as modules and must return x + Sublayer(Norm(x)).
+- ``06.predict_deep_stream`` (predict, then measure, by running a 96-block stack): the length of the pre-norm stream
+  leaving the last block at initialisation, given the chapter's measurements at 24 blocks.
 
 As in ``ch03``, the mistakes are written the way a learner would write them and carry no annotations.
 """
@@ -444,4 +446,47 @@ PREDICT_NORMALIZED_LENGTH = predict_number(
     points=1,
 )
 
-register(LAYER_NORM, RMS_NORM, PRE_NORM_RESIDUAL, PRE_NORM_BLOCK, PREDICT_NORMALIZED_LENGTH)
+
+# --- 06.predict_deep_stream (predict, then measure: the pre-norm stream of a stack four times deeper) ------------------
+
+DEEP_STACK = 96  # four times the chapter's 24 blocks
+
+
+def pre_norm_stream_lengths(n_layers: int = DEEP_STACK) -> torch.Tensor:
+    """The mean length of the residual stream leaving each block of the chapter's pre-norm character model at
+    initialisation (Xavier, d_model 64, one seeded batch of random tokens), as the chapter's table measures it."""
+    from tutorial_lib.widgets.norms_at_init import norms_at_init  # the chapter's measurement, at another depth
+
+    return norms_at_init("pre-norm", n_layers=n_layers).activation
+
+
+PREDICT_DEEP_STREAM = predict_number(
+    "06.predict_deep_stream",
+    measure=lambda: pre_norm_stream_lengths()[-1].item(),
+    question=f"the length of the pre-norm stream leaving block {DEEP_STACK}",
+    within=1.3,
+    points=1,
+    misconceptions=[
+        Misconception("grows_with_depth", 168.0, "expected the stream to grow in proportion to the number of blocks",
+                      "Each block adds a vector that, at initialisation, has little to do with what the stream holds "
+                      "already: additions in unrelated directions lengthen a sum far more slowly than additions that "
+                      "all point the same way."),
+        Misconception("stops_growing", 42.0, "expected the stream to stop growing after 24 blocks",
+                      "Nothing in a pre-norm block shrinks the stream: the norm acts on the copy the sublayer reads, "
+                      "and every block adds its output to the stream, so a deeper stack keeps lengthening it."),
+        Misconception("compounds_per_block", 17000.0,
+                      "expected every block to multiply the stream by the same factor, as a stack without norms does",
+                      "A block multiplies only when it reads an unnormalized stream. In pre-norm each sublayer reads "
+                      "a normalized copy, so what a block adds has about the same size at any depth: the stream "
+                      "grows, but nothing compounds."),
+        Misconception("normalized_stream", 8.0, "took the stream to be normalized, length √d_model = 8",
+                      "That is post-norm, whose last step in each block is a LayerNorm. Pre-norm normalizes only the "
+                      "input of each sublayer; the stream itself is never normalized."),
+    ],
+    mutants=[
+        wrong_prediction("a_thousand", 1000.0, "far beyond any length of this stack"),
+        wrong_prediction("one", 1.0, "shorter than the embeddings the stream starts from"),
+    ],
+)
+
+register(LAYER_NORM, RMS_NORM, PRE_NORM_RESIDUAL, PRE_NORM_BLOCK, PREDICT_NORMALIZED_LENGTH, PREDICT_DEEP_STREAM)
