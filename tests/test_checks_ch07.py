@@ -268,3 +268,15 @@ def test_the_smoothing_floor_is_the_entropy_of_the_smoothed_target(predict):
     assert abs(best - entropy) < 1e-4 and confident > best
     assert predict("07.predict_smoothing_floor", lambda: 1.0).passed
     assert predict("07.predict_smoothing_floor", lambda: 0.1).mistake == "epsilon"
+
+
+def test_decoding_without_a_cache_costs_a_few_teacher_forced_forwards(predict):
+    from tutorial_lib.checks.ch07 import decoding_flops
+
+    teacher_forced, greedy = decoding_flops()
+    assert 3.3 < greedy / teacher_forced < 3.7  # the encoder once; the decoder on 66 prefix positions instead of 11
+    assert predict("07.predict_decoding_flops", lambda: 3.0).passed  # the solution's estimate
+    assert predict("07.predict_decoding_flops", lambda: 1).mistake == "same_work"
+    assert predict("07.predict_decoding_flops", lambda: 11).mistake == "full_forward_per_token"
+    assert predict("07.predict_decoding_flops", lambda: 6).mistake == "decoder_prefixes_only"
+    assert predict("07.predict_decoding_flops", lambda: 1 / 11).mistake == "decoding_cheaper"

@@ -8,6 +8,8 @@
   and the catalogued one draw the same masks.
 - ``07.label_smoothed_loss`` is compared with ``F.cross_entropy(label_smoothing=ε, ignore_index=pad)``.
 - ``07.noam_lr`` and ``07.beam_score`` are the formulas of Eq. (3) and of GNMT's length penalty (§6.1's α = 0.6).
+- ``07.predict_decoding_flops`` (predict, then measure, with PyTorch's FLOP counter): greedy decoding without a cache
+  against one teacher-forced forward of the date Transformer on the same 100 dates.
 
 As in ``ch03``, the mistakes are written the way a learner would write them and carry no annotations.
 """
@@ -787,4 +789,73 @@ PREDICT_SMOOTHING_FLOOR = predict_number(
     points=1,
 )
 
-register(ENCODER_LAYER, DECODER_LAYER, LABEL_SMOOTHED_LOSS, NOAM_LR, BEAM_SCORE, GREEDY_DECODE, PREDICT_SMOOTHING_FLOOR)
+
+# --- 07.predict_decoding_flops (predict, then measure: what decoding one token at a time costs) ------------------------
+
+DECODING_DATES = 100  # the first 100 test dates, as one batch
+
+
+def decoding_flops() -> tuple[int, int]:
+    """The floating-point operations, as torch.utils.flop_counter.FlopCounterMode counts them, of the chapter's date
+    Transformer (untrained, seed 0) on the first ``DECODING_DATES`` test dates: one teacher-forced forward (the
+    training step's, all 11 target positions at once) and greedy decoding of 11 tokens that re-reads the whole prefix
+    at every step (``greedy_decode(..., use_cache=False)``, exercise 6's algorithm). An untrained model never ends
+    every row early, so all 11 steps run."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from tutorial_lib.data.dates import encode_pairs
+    from tutorial_lib.models.transformer import Transformer
+    from tutorial_lib.recipes.date_transformer import DATE_MAX_LEN, DATE_TRANSFORMER_CONFIG, DATE_VOCAB, date_splits
+
+    with torch.random.fork_rng(devices=[]):  # the caller's random state is left alone
+        torch.manual_seed(0)
+        model = Transformer(DATE_TRANSFORMER_CONFIG).eval()
+    batch = encode_pairs(date_splits().test[:DECODING_DATES], DATE_VOCAB)
+    counts = []
+    for run in (
+        lambda: model(batch.src, batch.tgt_in, src_lengths=batch.src_lengths),
+        lambda: greedy_decode(model, batch.src, bos=DATE_VOCAB.bos_id, eos=DATE_VOCAB.eos_id, max_len=DATE_MAX_LEN,
+                              src_lengths=batch.src_lengths, use_cache=False),
+    ):
+        with FlopCounterMode(display=False) as counter, torch.no_grad():
+            run()
+        counts.append(counter.get_total_flops())
+    return counts[0], counts[1]
+
+
+def decoding_flop_ratio() -> float:
+    """FLOPs of greedy decoding without a cache over those of one teacher-forced forward (:func:`decoding_flops`)."""
+    teacher_forced, greedy = decoding_flops()
+    return greedy / teacher_forced
+
+
+PREDICT_DECODING_FLOPS = predict_number(
+    "07.predict_decoding_flops",
+    measure=decoding_flop_ratio,
+    question="the FLOPs of greedy decoding over those of a teacher-forced forward",
+    within=1.3,
+    points=1,
+    misconceptions=[
+        Misconception("same_work", 1.0, "expected decoding to cost what one teacher-forced forward costs",
+                      "Teacher forcing reads all 11 target positions in one pass. Decoding cannot: each step needs "
+                      "the token the step before produced, and without a cache it reads the whole prefix again."),
+        Misconception("full_forward_per_token", 11.0,
+                      "counted a whole forward, encoder included, for each of the 11 tokens",
+                      "The encoder runs once, before the loop: the source does not change while the output grows. "
+                      "Only the decoder runs at every step, and early steps read short prefixes."),
+        Misconception("decoder_prefixes_only", 6.0,
+                      "compared the decoder's prefix positions with its 11 positions and left the encoder out",
+                      "Both runs include the encoder's pass over the source, the same in each, and it is a large "
+                      "share of the teacher-forced forward: it pulls the ratio down."),
+        Misconception("decoding_cheaper", 1 / 11, "expected one token at a time to be cheaper than the whole forward",
+                      "The teacher-forced forward already computes every position once; decoding computes each "
+                      "prefix again at every step, so it can only cost more."),
+    ],
+    mutants=[
+        wrong_prediction("hundred", 100.0, "far more than re-reading 11 prefixes can cost"),
+        wrong_prediction("half", 0.5, "less than the forward it repeats"),
+    ],
+)
+
+register(ENCODER_LAYER, DECODER_LAYER, LABEL_SMOOTHED_LOSS, NOAM_LR, BEAM_SCORE, GREEDY_DECODE, PREDICT_SMOOTHING_FLOOR,
+         PREDICT_DECODING_FLOPS)
