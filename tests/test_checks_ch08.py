@@ -130,6 +130,10 @@ LEARNER_MISTAKES = [
     ("08.predict_gpt2_parameters", lambda: 12 * 12 * 768**2, "blocks_only"),
     ("08.predict_gpt2_parameters", lambda: 12 * 4 * 768**2, "attention_only"),
     ("08.predict_gpt2_parameters", lambda: 1.5e9, "gpt2_xl"),
+    ("08.predict_own_token_share", lambda: 1 / 65, "random_guess"),
+    ("08.predict_own_token_share", lambda: 0.0, "never_itself"),
+    ("08.predict_own_token_share", lambda: 0.15, "one_favourite_character"),
+    ("08.predict_own_token_share", lambda: 0.5, "coin_flip"),
 ]
 
 
@@ -236,6 +240,7 @@ def test_a_fresh_exercises_notebook_runs_and_scores_zero():
         ("08.gpt2_init", 0, 2, "not attempted yet"),
         ("08.gpt_forward", 0, 2, "not attempted yet"),
         ("08.predict_gpt2_parameters", 0, 1, "not attempted yet"),
+        ("08.predict_own_token_share", 0, 1, "not attempted yet"),
     ]
 
 
@@ -246,3 +251,15 @@ def test_the_predicted_count_is_gpt2_small_and_a_forgotten_embedding_is_named(pr
     assert gpt2_small_parameters() == layers * (12 * d**2 + 13 * d) + (vocab + positions) * d + 2 * d
     assert predict("08.predict_gpt2_parameters", lambda: 124e6).passed
     assert predict("08.predict_gpt2_parameters", lambda: layers * 12 * d**2).mistake == "blocks_only"
+
+
+def test_an_untrained_tied_model_mostly_predicts_the_character_it_reads(predict):
+    from tutorial_lib.checks.ch08 import top_prediction_is_input_share
+
+    assert 0.8 < top_prediction_is_input_share() < 0.95
+    assert top_prediction_is_input_share(tie_embeddings=False) < 0.05  # untied: about one in 65, as a random guess
+    assert predict("08.predict_own_token_share", lambda: 0.9).passed  # the solution's reasoning
+    assert predict("08.predict_own_token_share", lambda: 1 / 65).mistake == "random_guess"
+    assert predict("08.predict_own_token_share", lambda: 0).mistake == "never_itself"
+    assert predict("08.predict_own_token_share", lambda: 0.15).mistake == "one_favourite_character"
+    assert predict("08.predict_own_token_share", lambda: 0.5).mistake == "coin_flip"

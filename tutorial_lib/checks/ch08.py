@@ -6,6 +6,9 @@ catalogued mistake's), seeded, so all of them see the same weights and no call s
 
 Each mistake is written the way a learner would write it: the reference with exactly one thing wrong. The mistakes
 carry no annotations on purpose (see ``ch03.py``).
+
+``08.predict_own_token_share`` (predict, then measure, by running the untrained character GPT on the corpus): how
+often the tied model's top prediction is the character it reads, the echo that weight tying gives at initialisation.
 """
 
 from __future__ import annotations
@@ -554,4 +557,55 @@ PREDICT_GPT2_PARAMETERS = predict_number(
     points=1,
 )
 
-register(COUNT_PARAMETERS, GPT2_INIT, GPT_FORWARD, PREDICT_GPT2_PARAMETERS)
+
+# --- 08.predict_own_token_share (predict, then measure: what an untrained, tied GPT predicts) --------------------------
+
+
+def top_prediction_is_input_share(*, tie_embeddings: bool = True, seed: int = 0) -> float:
+    """The share of positions at which the untrained character GPT (chapter 09's reference configuration, built after
+    ``torch.manual_seed(seed)``, GPT-2's initialisation, run in float64) ranks the character it reads first among the
+    65, on a batch of 32 × 64 characters of Tiny Shakespeare's training text (generator seed 0)."""
+    import dataclasses
+
+    from tutorial_lib.data.shakespeare import get_batch, load_shakespeare_char
+    from tutorial_lib.recipes import CHAR_GPT_CONFIG
+
+    cfg = dataclasses.replace(CHAR_GPT_CONFIG, tie_embeddings=tie_embeddings)
+    tokens, _ = get_batch(load_shakespeare_char().train, 32, cfg.n_ctx, torch.Generator().manual_seed(0))
+    with torch.random.fork_rng(devices=[]):  # the caller's random state is left alone
+        torch.manual_seed(seed)
+        model = GPT(cfg).eval().double()  # float64: no near tie is ranked differently by another CPU's rounding
+    with torch.no_grad():
+        return (model(tokens).argmax(dim=-1) == tokens).double().mean().item()
+
+
+PREDICT_OWN_TOKEN_SHARE = predict_number(
+    "08.predict_own_token_share",
+    measure=top_prediction_is_input_share,
+    question="the share of positions where the untrained, tied model's top prediction is the character it reads",
+    within=1.3,
+    points=1,
+    misconceptions=[
+        Misconception("random_guess", 1 / 65, "expected an untrained model's top character to be a random one of the 65",
+                      "The unembedding is the token embedding itself: each logit is the dot product of the final "
+                      "stream with a character's embedding. Ask what the stream still holds of the input's own "
+                      "embedding at initialisation, and how that dot product compares with the others."),
+        Misconception("never_itself", 0.0, "expected the model never to rank the input character first",
+                      "Nothing at initialisation pushes the input's own character down; the tied matrix favours it, "
+                      "since a vector's dot product with itself is large and positive."),
+        Misconception("one_favourite_character", 0.15,
+                      "expected the untrained model to favour one character everywhere, so to be right only where "
+                      "the text holds it (the space, about a sixth of the text)",
+                      "Each position's logits are computed from its own stream, which starts as its own character's "
+                      "embedding: the favourite changes with the input."),
+        Misconception("coin_flip", 0.5, "took the input's own character to come first as often as not",
+                      "Compare sizes: the input's own logit is the squared length of its embedding (seen through the "
+                      "final norm), while the others are dot products of unrelated random vectors, far smaller."),
+    ],
+    mutants=[
+        wrong_prediction("a_quarter", 0.25, "no picture of the model gives it"),
+        wrong_prediction("one_in_a_thousand", 0.001, "below even a random guess"),
+    ],
+)
+
+register(COUNT_PARAMETERS, GPT2_INIT, GPT_FORWARD, PREDICT_GPT2_PARAMETERS, PREDICT_OWN_TOKEN_SHARE)
