@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tutorial_lib.checks import Exercise, check, get_exercise
-from tutorial_lib.checks.prediction import PREDICTIONS_ENV, is_prediction, write_records
+from tutorial_lib.checks.prediction import PREDICTIONS_ENV, check_as_recorded
 from tutorial_lib.checks.tracing import Forbidden
 
 # The corpus is never copied into the repository: it sits in ../shared/data beside the checkout (as in the Makefile).
@@ -39,16 +39,7 @@ def _prediction_records(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv(PREDICTIONS_ENV, str(tmp_path / "predictions.json"))
 
 
-def check_recorded(exercise_id: str, learner, **kwargs):
-    """``check(exercise_id, learner)``, a prediction's answer first recorded afresh as the measuring cell records it
-    (before its measurement): for tests of what a prediction's verdict says."""
-    if is_prediction(exercise_id):
-        try:
-            value = learner()
-        except Exception:  # not a prediction yet: nothing to record, as in the notebook
-            value = None
-        write_records([] if value is None else [{"exercise": exercise_id, "value": value, "secret": None}])
-    return check(exercise_id, learner, **kwargs)
+check_recorded = check_as_recorded  # the tests' name for it
 
 
 @pytest.fixture

@@ -556,9 +556,9 @@ BEAM_SCORE = Exercise(
         Mistake("wrong_length", "computed the penalty for the wrong length (counting <bos>, or not counting <eos>)",
                 "`length` is already the number of generated tokens; use it as given.",
                 (_beam_like(length_offset=1), _beam_like(length_offset=-1))),
-        Mistake("plain_length_power", "divided by length^α instead of ((5 + length) / 6)^α",
-                "GNMT's penalty (the one §6.1's α = 0.6 belongs to) is (5 + |Y|)^α / 6^α: the 5 softens it for short "
-                "outputs.",
+        Mistake("plain_length_power", "divided by a plain power of the length instead of GNMT's length penalty",
+                "Use GNMT's penalty as the exercise states it (the one §6.1's α = 0.6 belongs to): its constants soften "
+                "the penalty for short outputs, which a plain power of the length does not.",
                 (_beam_like(form="plain"),)),
         Mistake("multiplied_by_penalty", "multiplied by the length penalty instead of dividing",
                 "The log-probability is divided by lp(Y) ≥ 1, which makes long outputs' scores less negative.",
