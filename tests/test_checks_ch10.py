@@ -46,3 +46,17 @@ def test_the_nucleus_of_a_zipf_distribution(predict):
         n += 1
     assert kept == n and math.isclose(most_likely, 1 / total, rel_tol=1e-9)
     assert predict("10.predict_nucleus_size", lambda: 900).mistake == "fraction_of_vocabulary"
+
+
+def test_draws_from_a_zipf_distribution_repeat_the_head_and_meet_the_tail(predict):
+    from tutorial_lib.checks.ch10 import distinct_tokens
+
+    distinct, most_likely_count = distinct_tokens()
+    weights = [1 / r for r in range(1, 1001)]
+    expected = sum(1 - (1 - w / sum(weights)) ** 500 for w in weights)  # about 211 different tokens on average
+    assert abs(distinct - expected) < 25 and 40 < most_likely_count < 95
+    assert predict("10.predict_distinct_tokens", lambda: 250).passed  # the solution's estimate
+    assert predict("10.predict_distinct_tokens", lambda: 500).mistake == "every_draw_new"
+    assert predict("10.predict_distinct_tokens", lambda: 1000).mistake == "whole_vocabulary"
+    assert predict("10.predict_distinct_tokens", lambda: 67).mistake == "only_the_head"
+    assert predict("10.predict_distinct_tokens", lambda: 10).mistake == "a_handful"

@@ -9,6 +9,9 @@ the Gumbel trick, another generator call) and still pass: two correct samplers d
 ``√(2 · 0.25 / N_DRAWS) ≈ 0.005`` (one standard deviation), five times below the tolerance, while every catalogued
 mistake moves some frequency by more than 0.1. Everything is seeded, so a verdict never changes from run to run.
 
+``10.predict_distinct_tokens`` (predict, then measure, by sampling): how many different tokens 500 draws of the
+package's sampler see under the Zipf distribution of ``10.predict_nucleus_size``: the head repeats, the tail is new.
+
 As in ``ch03``, the mistakes are written the way a learner would write them and carry no annotations.
 """
 
@@ -735,4 +738,46 @@ PREDICT_NUCLEUS_SIZE = predict_number(
     points=1,
 )
 
-register(SAMPLE, TOP_K, TOP_P, KV_CACHE_ATTENTION, CACHED_FORWARD, GENERATE, PREDICT_NUCLEUS_SIZE)
+
+# --- 10.predict_distinct_tokens (predict, then measure: how many different tokens 500 draws see) -----------------------
+
+DISTINCT_DRAWS = 500
+
+
+def distinct_tokens(draws: int = DISTINCT_DRAWS, d_vocab: int = PREDICT_VOCAB, seed: int = 0) -> tuple[int, int]:
+    """``draws`` tokens sampled with the package's ``sample_next_token`` (temperature 1, generator seeded with ``seed``)
+    from the Zipf distribution of :func:`nucleus_size` over ``d_vocab`` tokens: how many different tokens they hold,
+    and how many times the most likely token was drawn."""
+    logits = -torch.log(torch.arange(1, d_vocab + 1, dtype=torch.float64))[None].expand(draws, -1)
+    tokens = reference.sample_next_token(logits, temperature=1.0, generator=torch.Generator().manual_seed(seed))
+    return tokens.unique().numel(), int((tokens == 0).sum())
+
+
+PREDICT_DISTINCT_TOKENS = predict_number(
+    "10.predict_distinct_tokens",
+    measure=lambda: distinct_tokens()[0],
+    question=f"the number of different tokens among {DISTINCT_DRAWS} draws from the Zipf distribution",
+    within=1.3,
+    points=1,
+    misconceptions=[
+        Misconception("every_draw_new", float(DISTINCT_DRAWS), "expected every draw to be a token not drawn before",
+                      "The most likely tokens are drawn again and again: the first one alone holds about an eighth of "
+                      "the mass, so dozens of the draws are that one token."),
+        Misconception("whole_vocabulary", float(PREDICT_VOCAB), "expected the draws to cover the whole vocabulary",
+                      "There are fewer draws than tokens, and most tokens of the tail have a chance of a few in ten "
+                      "thousand per draw: many are never drawn."),
+        Misconception("only_the_head", 67.0,
+                      "counted only the tokens expected to come up at least once, as if the tail were never drawn",
+                      "Each token of the tail is unlikely, but there are hundreds of them: together they are drawn "
+                      "often, and nearly every such draw is a token not seen before."),
+        Misconception("a_handful", 10.0, "expected a handful of likely tokens to take every draw",
+                      "Under 1/rank the mass is spread thinly: the ten most likely tokens hold well under half of it."),
+    ],
+    mutants=[
+        wrong_prediction("two_thousand", 2000.0, "more tokens than were drawn"),
+        wrong_prediction("one", 1.0, "a single token, as greedy decoding would give"),
+    ],
+)
+
+register(SAMPLE, TOP_K, TOP_P, KV_CACHE_ATTENTION, CACHED_FORWARD, GENERATE, PREDICT_NUCLEUS_SIZE,
+         PREDICT_DISTINCT_TOKENS)
