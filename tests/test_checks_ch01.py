@@ -362,3 +362,16 @@ def test_the_prediction_is_graded_against_the_merges_counts(predict):
     assert predict("01.predict_length", lambda: 110).mistake == "one_per_merge"
     missed = predict("01.predict_length", lambda: 200)
     assert not missed.passed and missed.mistake is None and "too large" in missed.verdict
+
+
+def test_capitals_defeat_most_merges_learned_on_the_text_as_written(predict):
+    from tutorial_lib.checks.ch01 import ids_per_character
+
+    as_written, capitals = ids_per_character()
+    assert abs(as_written - 0.474) < 0.002  # the chapter's table, 500 merges
+    assert 0.72 < capitals < 0.86  # the speakers' names, spaces and punctuation still merge
+    assert predict("01.predict_capitals", lambda: 0.8).passed  # the solution's reasoning
+    assert predict("01.predict_capitals", lambda: 0.474).mistake == "case_ignored"
+    assert predict("01.predict_capitals", lambda: 1).mistake == "no_merge_applies"
+    assert predict("01.predict_capitals", lambda: 2).mistake == "two_bytes_per_capital"
+    assert predict("01.predict_capitals", lambda: 1.25).mistake == "characters_per_id"

@@ -15,6 +15,8 @@
   never rewriting the words, ties by table order, no early stop).
 - ``01.predict_length`` (predict, then measure) asks how many tokens the hug table takes after its three merges: each
   merge saves as many tokens as its count.
+- ``01.predict_capitals`` (predict, then measure, by training and running a tokenizer): ids per character of the
+  held-out text in capitals, under a BPE whose merges were learned on the text as written.
 
 As in ``ch03``, the mistakes are written the way a learner would write them and carry no annotations.
 """
@@ -795,4 +797,48 @@ PREDICT_LENGTH = predict_number(
     ],
 )
 
-register(COUNT_PAIRS, BEST_PAIR, MERGE, ENCODE_WORD, DECODE, TRAIN_MERGES, PREDICT_LENGTH)
+
+# --- 01.predict_capitals (predict, then measure: a tokenizer meets text unlike its training text) ----------------------
+
+CAPITALS_MERGES = 500
+
+
+def ids_per_character(n_merges: int = CAPITALS_MERGES) -> tuple[float, float]:
+    """Ids per character of the chapter's held-out split (the last 10% of Tiny Shakespeare) under the package's
+    ``BPETokenizer`` trained with ``n_merges`` merges on the first 90%: as written, and in capitals (``str.upper``)."""
+    from tutorial_lib.data.shakespeare import load_tiny_shakespeare  # the corpus, loaded only when measured
+
+    text = load_tiny_shakespeare()
+    n_train = int(0.9 * len(text))
+    train_text, heldout_text = text[:n_train], text[n_train:]
+    bpe = reference.BPETokenizer.train(train_text, n_merges=n_merges)
+    return tuple(len(bpe.encode(t)) / len(heldout_text) for t in (heldout_text, heldout_text.upper()))
+
+
+PREDICT_CAPITALS = predict_number(
+    "01.predict_capitals",
+    measure=lambda: ids_per_character()[1],
+    question=f"ids per character of the held-out text in capitals, {CAPITALS_MERGES} merges",
+    within=1.15,
+    points=1,
+    misconceptions=[
+        Misconception("case_ignored", 0.474, "expected capitals to compress as well as the text as written (0.474)",
+                      "A merge joins two particular bytes: 't' and 'h' are not 'T' and 'H'. Merges learned on "
+                      "lower-case text do not apply to the same words in capitals."),
+        Misconception("no_merge_applies", 1.0, "expected no merge at all to apply to capitals",
+                      "The training text is not all lower case: the speakers' names stand in capitals at the start "
+                      "of every speech, and spaces and punctuation merge whatever the case of the letters."),
+        Misconception("two_bytes_per_capital", 2.0, "expected each capital to take two bytes, as an accented letter does",
+                      "Capital Latin letters are ASCII, one byte each in UTF-8, as the lower-case ones are; the byte "
+                      "count does not change, only which merges fit."),
+        Misconception("characters_per_id", 1.25, "gave characters per id instead of ids per character",
+                      "The question asks for ids per character, the chapter's measure: the number of ids divided by "
+                      "the number of characters, at most 1 for this text."),
+    ],
+    mutants=[
+        wrong_prediction("a_tenth", 0.1, "ten characters per id, more than any merge table this size gives"),
+        wrong_prediction("five", 5.0, "more ids than bytes"),
+    ],
+)
+
+register(COUNT_PAIRS, BEST_PAIR, MERGE, ENCODE_WORD, DECODE, TRAIN_MERGES, PREDICT_LENGTH, PREDICT_CAPITALS)
