@@ -159,3 +159,16 @@ def test_a_learners_input_layer_mistake_is_named(learner, mistake, assert_mistak
 def test_the_prediction_is_the_square_root_of_half_d_model(predict):
     assert predict("02.predict_position_norm", lambda: 32 ** 0.5).passed
     assert predict("02.predict_position_norm", lambda: 8).mistake == "every_entry_one"
+
+
+def test_the_position_survives_the_scaled_embedding_only_about_half_the_time(predict):
+    from tutorial_lib.checks.ch02 import positions_recovered
+
+    exact, near = positions_recovered()
+    assert 0.45 < exact < 0.65 and near > 0.85  # often a neighbour, rarely far off
+    assert positions_recovered(scale=False) == (1.0, 1.0)  # GPT-2's small embedding leaves every position readable
+    assert predict("02.predict_position_recovered", lambda: 0.5).passed  # the solution's reasoning
+    assert predict("02.predict_position_recovered", lambda: 1).mistake == "always_readable"
+    assert predict("02.predict_position_recovered", lambda: 1 / 128).mistake == "drowned_to_chance"
+    assert predict("02.predict_position_recovered", lambda: 0).mistake == "never_exact"
+    assert predict("02.predict_position_recovered", lambda: 0.9).mistake == "counted_neighbours"

@@ -10,6 +10,8 @@
   by token id or along the batch axis, the offset ignored).
 - ``02.predict_position_norm`` (predict, then measure) asks for the norm of one sinusoidal encoding: √(d_model / 2),
   since each (sin, cos) pair adds 1 to the squared norm.
+- ``02.predict_position_recovered`` (predict, then measure, on sampled embeddings): how often the position can be read
+  back exactly from the paper's input, a √d_model-scaled token embedding plus its encoding.
 
 As in ``ch03``, the mistakes are written the way a learner would write them and carry no annotations.
 """
@@ -488,4 +490,54 @@ PREDICT_POSITION_NORM = predict_number(
     ],
 )
 
-register(SINUSOIDAL, POSITION_ROWS, SCALED_EMBEDDING, EMBED_INPUTS, PREDICT_POSITION_NORM)
+
+# --- 02.predict_position_recovered (predict, then measure: can the position be read back from the input?) -----------
+
+RECOVERY_D_MODEL, RECOVERY_POSITIONS, RECOVERY_VOCAB = 64, 128, 1000
+
+
+def positions_recovered(*, scale: bool = True, seed: int = 0) -> tuple[float, float]:
+    """The paper's input x_p = TokenEmbedding(scale=True)(token_p) + PE(p) for 128 random tokens (embedding built after
+    ``torch.manual_seed(seed)``, tokens from a generator seeded with ``seed``), d_model = 64. Each position is read back
+    as the q whose encoding PE(q) has the largest dot product with x_p: the share read back exactly, and within two
+    positions. ``scale=False`` is GPT-2's embedding (std 0.02, no scaling)."""
+    with torch.random.fork_rng(devices=[]):  # the caller's random state is left alone
+        torch.manual_seed(seed)
+        embedding = TokenEmbedding(RECOVERY_VOCAB, RECOVERY_D_MODEL, scale=scale)
+    tokens = torch.randint(0, RECOVERY_VOCAB, (1, RECOVERY_POSITIONS), generator=torch.Generator().manual_seed(seed))
+    encoding = sinusoidal_positional_encoding(RECOVERY_POSITIONS, RECOVERY_D_MODEL).double()
+    with torch.no_grad():  # float64: no near tie is read differently by another CPU's rounding
+        read = ((embedding(tokens)[0].double() + encoding) @ encoding.T).argmax(dim=-1)
+    off = (read - torch.arange(RECOVERY_POSITIONS)).abs()
+    return (off == 0).double().mean().item(), (off <= 2).double().mean().item()
+
+
+PREDICT_POSITION_RECOVERED = predict_number(
+    "02.predict_position_recovered",
+    measure=lambda: positions_recovered()[0],
+    question="the share of 128 positions read back exactly from the paper's scaled input at d_model = 64",
+    within=1.3,
+    points=1,
+    misconceptions=[
+        Misconception("always_readable", 1.0, "expected every position to be read back, since every encoding differs",
+                      "The encodings differ, but neighbouring ones differ little, while the scaled embedding added to "
+                      "them is as long as the encoding itself: it can tip the reading to a neighbour."),
+        Misconception("drowned_to_chance", 1 / 128, "expected the embedding to drown the position completely, leaving a "
+                      "random guess among 128",
+                      "The embedding is unrelated to every encoding, so it shifts all the dot products about equally; "
+                      "the right encoding's own dot product stands well above distant positions'."),
+        Misconception("never_exact", 0.0, "expected the embedding to move every reading off the right position",
+                      "Added noise moves a reading only when it outweighs the gap to a neighbour's dot product; that "
+                      "happens often, but not always."),
+        Misconception("counted_neighbours", 0.91, "counted a position read one or two places off as read back",
+                      "The question asks for the exact position. Near misses are many here, and a model can use them, "
+                      "but they do not count as exact."),
+    ],
+    mutants=[
+        wrong_prediction("a_tenth", 0.1, "far below what the encoding's size allows"),
+        wrong_prediction("twice", 2.0, "a share cannot exceed 1"),
+    ],
+)
+
+register(SINUSOIDAL, POSITION_ROWS, SCALED_EMBEDDING, EMBED_INPUTS, PREDICT_POSITION_NORM,
+         PREDICT_POSITION_RECOVERED)
