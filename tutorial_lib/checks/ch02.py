@@ -45,48 +45,28 @@ def _sinusoidal_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
-def _table(n_ctx, d_model, *, swap=False, exponent=lambda i, d: 2 * i / d, first=0, layout="interleaved", base=10000):
-    """A learner's table; each keyword reproduces one way of getting it wrong."""
-    pe = torch.zeros(n_ctx, d_model)
-    for pos in range(n_ctx):
-        for i in range((d_model + 1) // 2):
-            angle = (pos + first) / base ** exponent(i, d_model)
-            even, odd = (math.cos(angle), math.sin(angle)) if swap else (math.sin(angle), math.cos(angle))
-            if layout == "interleaved":
-                pe[pos, 2 * i] = even
-                if 2 * i + 1 < d_model:
-                    pe[pos, 2 * i + 1] = odd
-            else:  # the sines in the first half, the cosines in the second
-                half = (d_model + 1) // 2
-                pe[pos, i] = even
-                if half + i < d_model:
-                    pe[pos, half + i] = odd
-    return pe
+@mistake_builder
+def _sinusoidal_like(*, swap=False, exponent="2i", first=0, layout="interleaved"):
+    """A learner's table; each keyword reproduces one way of getting it wrong. ``exponent`` is what divides d_model in
+    the exponent: "2i" (right), "i" (the pair's index), or "column" (the column's own index, so a pair's sine and
+    cosine get different angles)."""
 
+    def power(i, column, d_model):
+        return {"2i": 2 * i, "i": i, "column": column}[exponent] / d_model
 
-def _halves_concatenated(n_ctx, d_model):
-    return _table(n_ctx, d_model, layout="halves")
+    def sinusoidal(n_ctx, d_model):
+        pe = torch.zeros(n_ctx, d_model)
+        half = (d_model + 1) // 2
+        for pos in range(n_ctx):
+            for i in range(half):
+                columns = (2 * i, 2 * i + 1) if layout == "interleaved" else (i, half + i)
+                waves = (math.cos, math.sin) if swap else (math.sin, math.cos)
+                for wave, column, slot in zip(waves, columns, (2 * i, 2 * i + 1)):
+                    if column < d_model:
+                        pe[pos, column] = wave((pos + first) / 10000 ** power(i, slot, d_model))
+        return pe
 
-
-def _sin_cos_swapped(n_ctx, d_model):
-    return _table(n_ctx, d_model, swap=True)
-
-
-def _exponent_i_over_d(n_ctx, d_model):
-    return _table(n_ctx, d_model, exponent=lambda i, d: i / d)
-
-
-def _positions_from_one(n_ctx, d_model):
-    return _table(n_ctx, d_model, first=1)
-
-
-def _exponent_index_over_d(n_ctx, d_model):  # the column index 2i or 2i+1 in the exponent, as the paper's 2i is misread
-    pe = torch.zeros(n_ctx, d_model)
-    for pos in range(n_ctx):
-        for column in range(d_model):
-            angle = pos / 10000 ** (column / d_model)
-            pe[pos, column] = math.sin(angle) if column % 2 == 0 else math.cos(angle)
-    return pe
+    return sinusoidal
 
 
 def _multiplied_by_the_frequency_term(n_ctx, d_model):
@@ -122,21 +102,21 @@ SINUSOIDAL = Exercise(
     ),
     mistakes=(
         Mistake("sin_cos_swapped", "put the cosines in the even columns and the sines in the odd ones",
-                "§3.5: PE(pos, 2i) = sin, PE(pos, 2i + 1) = cos; row 0 is then 0, 1, 0, 1, …", (_sin_cos_swapped,)),
+                "§3.5: PE(pos, 2i) = sin, PE(pos, 2i + 1) = cos; row 0 is then 0, 1, 0, 1, …", (_sinusoidal_like(swap=True),)),
         Mistake("exponent_i_over_d", "used i / d_model in the exponent instead of 2i / d_model",
                 "The i of the paper counts pairs of columns: the exponent of pair i is 2i / d_model, so the slowest "
-                "pair's wavelength reaches 10000 · 2π.", (_exponent_i_over_d,)),
+                "pair's wavelength reaches 10000 · 2π.", (_sinusoidal_like(exponent="i"),)),
         Mistake("exponent_column_over_d", "used the column index in the exponent, so a cosine's angle differs from its "
                 "sine's",
                 "Columns 2i and 2i + 1 share one angle, pos / 10000^(2i / d_model): that shared angle is what makes "
-                "each pair a point on a circle.", (_exponent_index_over_d,)),
+                "each pair a point on a circle.", (_sinusoidal_like(exponent="column"),)),
         Mistake("halves_concatenated", "put all the sines in the first half and all the cosines in the second",
                 "That layout (used by some libraries) is the same information in another column order; the paper, and "
                 "every later chapter here, interleaves them: sin in 0, 2, 4, …, cos in 1, 3, 5, …",
-                (_halves_concatenated,)),
+                (_sinusoidal_like(layout="halves"),)),
         Mistake("positions_from_one", "numbered the positions from 1",
                 "The first position is 0, whose row is sin(0) = 0 and cos(0) = 1 in every pair.",
-                (_positions_from_one,)),
+                (_sinusoidal_like(first=1),)),
     ),
     mutants=(
         Mutant("multiplied_by_the_frequency_term", "multiplies pos by 10000^(2i / d) instead of dividing",
@@ -168,32 +148,19 @@ def _rows_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
-def _offset_ignored(table, seq_len, offset):
-    if offset + seq_len > table.shape[0]:
-        raise ValueError("too long")
-    return table[:seq_len]
+@mistake_builder
+def _rows_like(*, window="offset", check=True, last_only=False):
+    """A learner's position_rows; each keyword reproduces one way of getting it wrong. ``window`` is the slice:
+    "offset" (right), "from_zero" (the offset ignored), "to_seq_len" (ending at row seq_len), "one_late"."""
 
+    def position_rows(table, seq_len, offset):
+        if check and offset + seq_len > table.shape[0]:
+            raise ValueError("too long")
+        start, stop = {"offset": (offset, offset + seq_len), "from_zero": (0, seq_len),
+                       "to_seq_len": (offset, seq_len), "one_late": (offset + 1, offset + seq_len + 1)}[window]
+        return table[stop - 1 : stop] if last_only else table[start:stop]
 
-def _end_index_is_seq_len(table, seq_len, offset):
-    if offset + seq_len > table.shape[0]:
-        raise ValueError("too long")
-    return table[offset:seq_len]
-
-
-def _off_by_one(table, seq_len, offset):
-    if offset + seq_len > table.shape[0]:
-        raise ValueError("too long")
-    return table[offset + 1 : offset + seq_len + 1]
-
-
-def _no_check(table, seq_len, offset):
-    return table[offset : offset + seq_len]
-
-
-def _last_row_only(table, seq_len, offset):
-    if offset + seq_len > table.shape[0]:
-        raise ValueError("too long")
-    return table[offset + seq_len - 1 : offset + seq_len]
+    return position_rows
 
 
 def _wraps_around(table, seq_len, offset):
@@ -227,19 +194,19 @@ POSITION_ROWS = Exercise(
     mistakes=(
         Mistake("offset_ignored", "ignored the offset, so new tokens get the positions of the first ones",
                 "After a cache of `offset` tokens, the next token is position `offset`, not 0: read seq_len rows "
-                "starting at row `offset`.", (_offset_ignored,)),
+                "starting at row `offset`.", (_rows_like(window="from_zero"),)),
         Mistake("end_index_is_seq_len", "ended the slice at seq_len instead of offset + seq_len",
                 "The window has seq_len rows starting at offset, so it ends seq_len rows after offset, not at row "
                 "seq_len.",
-                (_end_index_is_seq_len,)),
+                (_rows_like(window="to_seq_len"),)),
         Mistake("off_by_one", "started one row too late",
                 "Positions count from 0: `offset` cached tokens occupy rows 0 … offset - 1, so the next is row offset.",
-                (_off_by_one,)),
+                (_rows_like(window="one_late"),)),
         Mistake("no_length_check", "did not check that the window fits in the table",
                 "Slicing past the end of a tensor returns fewer rows without an error, and the model then fails far "
-                "from the cause: raise ValueError when offset + seq_len > table.shape[0].", (_no_check,)),
+                "from the cause: raise ValueError when offset + seq_len > table.shape[0].", (_rows_like(check=False),)),
         Mistake("last_row_only", "returned only the last position's row",
-                "Return one row per new token: seq_len rows.", (_last_row_only,)),
+                "Return one row per new token: seq_len rows.", (_rows_like(last_only=True),)),
     ),
     mutants=(
         Mutant("wraps_around", "wraps past the end of the table instead of refusing", _wraps_around),
@@ -268,25 +235,25 @@ def _embedding_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
-def _scaled_by_d_model(tokens, weight):
-    return weight[tokens] * weight.shape[1]
+@mistake_builder
+def _embedding_like(*, scale="sqrt_d_model", in_place=False):
+    """A learner's scaled_embedding; each keyword reproduces one way of getting it wrong. ``scale`` is the factor:
+    "sqrt_d_model" (right), "d_model", "none", "sqrt_d_vocab", or "divided" (by √d_model)."""
 
+    def scaled(rows, weight):
+        d_vocab, d_model = weight.shape
+        if scale == "divided":
+            return rows / math.sqrt(d_model)
+        return rows * {"sqrt_d_model": math.sqrt(d_model), "d_model": d_model, "none": 1.0,
+                       "sqrt_d_vocab": math.sqrt(d_vocab)}[scale]
 
-def _not_scaled(tokens, weight):
-    return weight[tokens]
+    def scaled_embedding(tokens, weight):
+        if in_place:
+            weight.copy_(scaled(weight, weight))
+            return weight[tokens]
+        return scaled(weight[tokens], weight)
 
-
-def _scaled_by_sqrt_d_vocab(tokens, weight):
-    return weight[tokens] * math.sqrt(weight.shape[0])
-
-
-def _divided(tokens, weight):
-    return weight[tokens] / math.sqrt(weight.shape[1])
-
-
-def _scaled_weight_in_place(tokens, weight):
-    weight *= math.sqrt(weight.shape[1])
-    return weight[tokens]
+    return scaled_embedding
 
 
 def _one_hot_in_float32(tokens, weight):
@@ -314,17 +281,17 @@ SCALED_EMBEDDING = Exercise(
     mistakes=(
         Mistake("scaled_by_d_model", "multiplied by d_model instead of √d_model",
                 "§3.4 multiplies by the square root of d_model (`math.sqrt`), not by d_model itself.",
-                (_scaled_by_d_model,)),
+                (_embedding_like(scale="d_model"),)),
         Mistake("not_scaled", "forgot the √d_model", "§3.4: the looked-up rows are multiplied by √d_model.",
-                (_not_scaled,)),
+                (_embedding_like(scale="none"),)),
         Mistake("scaled_by_sqrt_d_vocab", "scaled by √d_vocab, the table's first axis, instead of √d_model",
                 "weight is (d_vocab, d_model): d_model is the size of its second axis, not its first.",
-                (_scaled_by_sqrt_d_vocab,)),
+                (_embedding_like(scale="sqrt_d_vocab"),)),
         Mistake("divided", "divided by √d_model instead of multiplying",
-                "The embedding is scaled *up* so that it is not drowned by the positional encoding.", (_divided,)),
+                "The embedding is scaled *up* so that it is not drowned by the positional encoding.", (_embedding_like(scale="divided"),)),
         Mistake("scaled_the_table_in_place", "scaled the embedding table itself in place",
                 "Scaling `weight` in place changes the model's parameter for every later call: scale the looked-up "
-                "rows instead, into a new tensor.", (_scaled_weight_in_place,)),
+                "rows instead, into a new tensor.", (_embedding_like(in_place=True),)),
     ),
     mutants=(
         Mutant("one_hot_in_float32", "multiplies a float32 one-hot matrix, so float64 comes back as float32",
