@@ -73,40 +73,28 @@ def _reference_sample(logits, temperature, generator):
     return reference.sample_next_token(logits, temperature=temperature, generator=generator)
 
 
-def _temperature_on_probabilities(then_softmax: bool):
+@mistake_builder
+def _sample_like(*, temperature_on="logits", zero="greedy", softmax=True):
+    """A learner's sampler; each keyword reproduces one way of getting it wrong. ``temperature_on``: "logits"
+    (divided: right), "multiplied" (the logits times T), "probabilities" (the softmax divided by T), or
+    "probabilities_softmaxed" (that, through a second softmax); ``zero``: "greedy" (right), "skipped" (T = 0 is falsy:
+    no temperature), "divided" (divides by 0); ``softmax=False`` hands the scaled logits to the sampler as weights."""
+
     def sample(logits, temperature, generator):
-        if temperature == 0:
+        if zero == "greedy" and temperature == 0:
             return logits.argmax(dim=-1)
-        probs = torch.softmax(logits, dim=-1) / temperature
-        if then_softmax:
-            probs = torch.softmax(probs, dim=-1)
-        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        if zero == "skipped" and not temperature:
+            weights = torch.softmax(logits, dim=-1) if softmax else logits
+        elif temperature_on in ("probabilities", "probabilities_softmaxed"):
+            weights = torch.softmax(logits, dim=-1) / temperature
+            if temperature_on == "probabilities_softmaxed":
+                weights = torch.softmax(weights, dim=-1)
+        else:
+            scaled = logits * temperature if temperature_on == "multiplied" else logits / temperature
+            weights = torch.softmax(scaled, dim=-1) if softmax else scaled
+        return torch.multinomial(weights, 1, generator=generator).squeeze(-1)
 
     return sample
-
-
-def _multiplied_by_temperature(logits, temperature, generator):
-    if temperature == 0:
-        return logits.argmax(dim=-1)
-    probs = torch.softmax(logits * temperature, dim=-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-
-
-def _zero_skips_temperature(logits, temperature, generator):
-    if temperature:  # 0 is falsy: T = 0 samples at T = 1
-        logits = logits / temperature
-    return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(-1)
-
-
-def _zero_divides(logits, temperature, generator):
-    probs = torch.softmax(logits / temperature, dim=-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-
-
-def _logits_as_probabilities(logits, temperature, generator):
-    if temperature == 0:
-        return logits.argmax(dim=-1)
-    return torch.multinomial(logits / temperature, 1, generator=generator).squeeze(-1)
 
 
 def _always_greedy(logits, temperature, generator):
@@ -137,17 +125,17 @@ SAMPLE = Exercise(
         Mistake("temperature_after_softmax", "applied the temperature to the probabilities instead of the logits",
                 "Divide the logits by the temperature, then take the softmax over the vocabulary. Probabilities "
                 "divided by T are renormalised by the sampler, so T changes nothing; a second softmax of them is "
-                "almost uniform.", (_temperature_on_probabilities(False), _temperature_on_probabilities(True))),
+                "almost uniform.", (_sample_like(temperature_on="probabilities"), _sample_like(temperature_on="probabilities_softmaxed"))),
         Mistake("multiplied_by_temperature", "multiplied the logits by T instead of dividing",
                 "softmax(logits / T): a small T must make the largest logit dominate, so divide.",
-                (_multiplied_by_temperature,)),
+                (_sample_like(temperature_on="multiplied"),)),
         Mistake("zero_temperature_not_greedy", "did not treat T = 0 as greedy decoding",
                 "T → 0 puts all the mass on the largest logit, but dividing by 0 gives inf or NaN, and skipping the "
                 "division when T is 0 samples at T = 1: check for 0 first and return each row's `argmax`.",
-                (_zero_skips_temperature, _zero_divides)),
+                (_sample_like(zero="skipped"), _sample_like(zero="divided"))),
         Mistake("sampled_logits", "passed the logits to torch.multinomial as if they were probabilities",
                 "torch.multinomial wants non-negative weights: take the softmax of the scaled logits first.",
-                (_logits_as_probabilities,)),
+                (_sample_like(softmax=False),)),
     ),
     mutants=(
         Mutant("always_greedy", "returns the argmax at every temperature", _always_greedy),
@@ -170,44 +158,29 @@ def _top_k_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
-def _top_k_by_index(logits, top_k):
-    top_k = min(top_k, logits.shape[-1])
-    indices = torch.topk(logits, top_k, dim=-1).indices
-    keep = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, indices, True)
-    return logits.masked_fill(~keep, float("-inf"))
-
-
-def _top_k_sorted_index(position: int, strict: bool):
-    """Threshold at the value sorted at ``position`` (counting from 0) of each row; drop ``<`` or ``<=`` it."""
+@mistake_builder
+def _top_k_like(*, threshold="kth_value", fill=float("-inf"), probabilities=False, clamp=True):
+    """A learner's top-k filter; each keyword reproduces one way of getting it wrong. ``threshold``: "kth_value"
+    (drop below the k-th largest value: right), "by_index" (keep exactly the k positions topk returns), "strict" (drop
+    the k-th too), "one_late" (threshold at the (k+1)-th sorted value); ``fill``: what a dropped logit becomes;
+    ``probabilities=True`` filters the softmax's probabilities with zeros; ``clamp=False`` lets k exceed the vocabulary."""
 
     def top_k_filter(logits, top_k):
-        top_k = min(top_k, logits.shape[-1])
-        threshold = torch.sort(logits, dim=-1, descending=True).values[:, top_k - 1 + position, None]
-        drop = logits <= threshold if strict else logits < threshold
-        return logits.masked_fill(drop, float("-inf"))
+        if clamp:
+            top_k = min(top_k, logits.shape[-1])
+        values, dropped = (torch.softmax(logits, dim=-1), 0.0) if probabilities else (logits, fill)
+        if threshold == "by_index":
+            indices = torch.topk(values, top_k, dim=-1).indices
+            keep = torch.zeros_like(values, dtype=torch.bool).scatter(-1, indices, True)
+            return values.masked_fill(~keep, dropped)
+        if threshold == "kth_value":
+            kth = torch.topk(values, top_k, dim=-1).values[:, -1:]
+            return values.masked_fill(values < kth, dropped)
+        position = top_k - 1 if threshold == "strict" else top_k
+        kth = torch.sort(values, dim=-1, descending=True).values[:, position, None]
+        return values.masked_fill(values <= kth if threshold == "strict" else values < kth, dropped)
 
     return top_k_filter
-
-
-def _top_k_fill(fill: float):
-    def top_k_filter(logits, top_k):
-        top_k = min(top_k, logits.shape[-1])
-        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
-        return logits.masked_fill(logits < kth, fill)
-
-    return top_k_filter
-
-
-def _top_k_probabilities(logits, top_k):
-    top_k = min(top_k, logits.shape[-1])
-    probs = torch.softmax(logits, dim=-1)
-    kth = torch.topk(probs, top_k, dim=-1).values[:, -1:]
-    return probs.masked_fill(probs < kth, 0.0)
-
-
-def _top_k_unclamped(logits, top_k):
-    kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
-    return logits.masked_fill(logits < kth, float("-inf"))
 
 
 def _top_k_large_negative(logits, top_k):
@@ -236,23 +209,23 @@ TOP_K = Exercise(
         Mistake("dropped_ties", "kept exactly k tokens, dropping those tied with the k-th",
                 "Tokens with the same logit are equally likely; keeping some of them depends on their order in the "
                 "vocabulary. Compare values, not positions: every logit below the k-th largest value becomes -inf.",
-                (_top_k_by_index,)),
+                (_top_k_like(threshold="by_index"),)),
         Mistake("kept_k_minus_one", "kept k - 1 tokens",
                 "Drop only the logits strictly below the k-th largest, not those equal to it: the k-th itself stays.",
-                (_top_k_sorted_index(0, strict=True),)),
+                (_top_k_like(threshold="strict"),)),
         Mistake("kept_k_plus_one", "kept k + 1 tokens",
                 "Indices count from 0: the k-th largest value sits at index k − 1 of the sorted logits, not at "
                 "index k.",
-                (_top_k_sorted_index(1, strict=False),)),
+                (_top_k_like(threshold="one_late"),)),
         Mistake("filled_with_zero", "set the dropped logits to 0 instead of -inf",
                 "A logit of 0 still has probability e⁰ / Σ after the softmax; only -inf gives probability 0.",
-                (_top_k_fill(0.0),)),
+                (_top_k_like(fill=0.0),)),
         Mistake("returned_probabilities", "returned probabilities with zeros instead of logits with -inf",
                 "The filters work on logits, so that temperature, top-k and top-p compose and the softmax comes "
-                "last: return the logits themselves, with -inf in place of the dropped ones.", (_top_k_probabilities,)),
+                "last: return the logits themselves, with -inf in place of the dropped ones.", (_top_k_like(probabilities=True),)),
         Mistake("k_larger_than_vocabulary", "let k exceed the vocabulary",
                 "torch.topk refuses k > d_vocab; first clamp k to the size of the logits' last axis.",
-                (_top_k_unclamped,)),
+                (_top_k_like(clamp=False),)),
     ),
     mutants=(
         Mutant("large_negative_fill", "sets the dropped logits to -1e9 instead of -inf", _top_k_large_negative),
@@ -275,50 +248,35 @@ def _top_p_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
-def _top_p_shifted(boundary_kept: bool, force_first: bool):
-    """The usual form: sort, cumulative sum, drop a token when the tokens before it already reach top_p.
-
-    ``boundary_kept`` drops only when they exceed top_p (one token too many when the sum reaches it exactly);
-    ``force_first=False`` forgets that the most likely token must stay even when it alone exceeds top_p.
-    """
+@mistake_builder
+def _top_p_like(*, rule="mass_before", keep_first=True, sort=True, restore_order=True):
+    """A learner's top-p filter; each keyword reproduces one way of getting it wrong. ``rule`` decides which sorted
+    token is dropped: "mass_before" (when the tokens before it reach top_p: right), "shifted" (the cumulative sum
+    shifted by one, the usual form), "shifted_exceeding" (shifted, but only when it exceeds top_p) or "mass_with_own"
+    (its own probability included); ``keep_first=False`` lets the most likely token go; ``sort=False`` sums in
+    vocabulary order; ``restore_order=False`` returns the logits in sorted order."""
 
     def top_p_filter(logits, top_p):
-        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-        cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
-        exceeded = cumulative > top_p if boundary_kept else cumulative >= top_p
-        drop = exceeded.clone()
-        drop[..., 1:] = exceeded[..., :-1]  # shift right: the token that crosses top_p is kept
-        if force_first:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True) if sort else (logits, None)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        cumulative = probs.cumsum(dim=-1)
+        if rule == "mass_before":
+            drop = cumulative - probs >= top_p
+        elif rule == "mass_with_own":
+            drop = cumulative > top_p
+        else:
+            exceeded = cumulative > top_p if rule == "shifted_exceeding" else cumulative >= top_p
+            drop = exceeded.clone()
+            drop[..., 1:] = exceeded[..., :-1]  # shift right: the token that crosses top_p is kept
+        if keep_first and rule != "mass_before":
             drop[..., 0] = False
+        if order is None:
+            return logits.masked_fill(drop, float("-inf"))
+        if not restore_order:
+            return sorted_logits.masked_fill(drop, float("-inf"))
         return logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
 
     return top_p_filter
-
-
-def _top_p_unshifted(force_first: bool):
-    """Drop every token whose cumulative sum exceeds top_p, the one that crosses it included."""
-
-    def top_p_filter(logits, top_p):
-        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-        drop = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1) > top_p
-        if force_first:
-            drop[..., 0] = False
-        return logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
-
-    return top_p_filter
-
-
-def _top_p_unsorted(logits, top_p):
-    probs = torch.softmax(logits, dim=-1)
-    drop = probs.cumsum(dim=-1) - probs >= top_p
-    return logits.masked_fill(drop, float("-inf"))
-
-
-def _top_p_sorted_order(logits, top_p):
-    sorted_logits, _ = torch.sort(logits, dim=-1, descending=True)
-    probs = torch.softmax(sorted_logits, dim=-1)
-    drop = probs.cumsum(dim=-1) - probs >= top_p
-    return sorted_logits.masked_fill(drop, float("-inf"))
 
 
 def _top_p_cumsum_of_logits(logits, top_p):
@@ -350,23 +308,23 @@ TOP_P = Exercise(
         Mistake("dropped_the_top_token", "dropped the most likely token when it alone exceeds top_p",
                 "The nucleus is never empty: the most likely token always stays. Decide on the probability mass "
                 "*before* each token, its own probability left out, or always keep the first of the sorted tokens.",
-                (_top_p_unshifted(force_first=False), _top_p_shifted(boundary_kept=True, force_first=False),
-                 _top_p_shifted(boundary_kept=False, force_first=False))),
+                (_top_p_like(rule="mass_with_own", keep_first=False),
+                 _top_p_like(rule="shifted_exceeding", keep_first=False), _top_p_like(rule="shifted", keep_first=False))),
         Mistake("one_token_too_few", "dropped the token that makes the sum reach top_p",
                 "The nucleus must *reach* top_p: keep the token that crosses it. Drop a token only when the tokens "
                 "before it already reach top_p, that is when the cumulative sum without its own probability does.",
-                (_top_p_unshifted(force_first=True),)),
+                (_top_p_like(rule="mass_with_own"),)),
         Mistake("one_token_too_many", "kept one token too many when the sum reaches top_p exactly",
                 "Once the kept tokens reach top_p the nucleus is complete: drop the next one as soon as the mass "
                 "before it equals top_p, not only when it exceeds it.",
-                (_top_p_shifted(boundary_kept=True, force_first=True),)),
+                (_top_p_like(rule="shifted_exceeding"),)),
         Mistake("not_sorted", "summed the probabilities in vocabulary order without sorting them",
                 "The nucleus is made of the *most likely* tokens: sort the logits in descending order "
-                "(`descending=True`) before the cumulative sum.", (_top_p_unsorted,)),
+                "(`descending=True`) before the cumulative sum.", (_top_p_like(sort=False),)),
         Mistake("left_in_sorted_order", "returned the logits in sorted order",
                 "The filtered logits must stay in vocabulary order, as the sampler indexes tokens by position: "
                 "scatter the decision made in sorted order back to each token's own position (`scatter`).",
-                (_top_p_sorted_order,)),
+                (_top_p_like(restore_order=False),)),
     ),
     mutants=(
         Mutant("cumsum_of_logits", "sums the sorted logits instead of their probabilities", _top_p_cumsum_of_logits),
@@ -405,34 +363,30 @@ def _reference_cached_attention(q, k, v, past_k, past_v):
     return causal_attention(q, keys, values), keys, values
 
 
-def _attend_before_appending(q, k, v, past_k, past_v):
-    out, _ = scaled_dot_product_attention(q, past_k, past_v)
-    return out, torch.cat([past_k, k], dim=-2), torch.cat([past_v, v], dim=-2)
+@mistake_builder
+def _cached_attention_like(*, attend_to="everything", mask="offset", order="past_first"):
+    """A learner's cached attention; each keyword reproduces one way of getting it wrong. ``attend_to="past"``
+    attends to the cache before appending; ``mask``: "offset" (key ≤ n_past + query: right), "none", "top_left" (query
+    i sees keys 0..i) or "new_only" (a mask over the new positions alone); ``order="new_first"`` puts the new keys and
+    values before the cached ones."""
 
+    def cached_attention(q, k, v, past_k, past_v):
+        pair = ((past_k, k), (past_v, v)) if order == "past_first" else ((k, past_k), (v, past_v))
+        keys, values = (torch.cat(two, dim=-2) for two in pair)
+        if attend_to == "past":
+            return scaled_dot_product_attention(q, past_k, past_v)[0], keys, values
+        n_new, n_past = q.shape[-2], past_k.shape[-2]
+        if mask == "none":
+            allowed = None
+        elif mask == "top_left":
+            allowed = torch.ones(n_new, keys.shape[-2], dtype=torch.bool).tril()
+        elif mask == "new_only":
+            allowed = torch.ones(n_new, n_new, dtype=torch.bool).tril()
+        else:
+            allowed = torch.arange(keys.shape[-2])[None, :] <= torch.arange(n_new)[:, None] + n_past
+        return scaled_dot_product_attention(q, keys, values, allowed)[0], keys, values
 
-def _no_mask(q, k, v, past_k, past_v):
-    keys, values = torch.cat([past_k, k], dim=-2), torch.cat([past_v, v], dim=-2)
-    return scaled_dot_product_attention(q, keys, values)[0], keys, values
-
-
-def _mask_from_top_left(q, k, v, past_k, past_v):
-    keys, values = torch.cat([past_k, k], dim=-2), torch.cat([past_v, v], dim=-2)
-    mask = torch.ones(q.shape[-2], keys.shape[-2], dtype=torch.bool).tril()  # query i sees keys 0..i
-    return scaled_dot_product_attention(q, keys, values, mask)[0], keys, values
-
-
-def _mask_for_new_positions_only(q, k, v, past_k, past_v):
-    keys, values = torch.cat([past_k, k], dim=-2), torch.cat([past_v, v], dim=-2)
-    mask = torch.ones(q.shape[-2], q.shape[-2], dtype=torch.bool).tril()  # no columns for the cached keys
-    return scaled_dot_product_attention(q, keys, values, mask)[0], keys, values
-
-
-def _new_keys_first(q, k, v, past_k, past_v):
-    keys, values = torch.cat([k, past_k], dim=-2), torch.cat([v, past_v], dim=-2)
-    n_past = past_k.shape[-2]
-    query = torch.arange(q.shape[-2])[:, None] + n_past
-    mask = torch.arange(keys.shape[-2])[None, :] <= query
-    return scaled_dot_product_attention(q, keys, values, mask)[0], keys, values
+    return cached_attention
 
 
 def _strict_offset_mask(q, k, v, past_k, past_v):  # key < query: no query sees its own key
@@ -463,18 +417,18 @@ KV_CACHE_ATTENTION = Exercise(
     mistakes=(
         Mistake("attended_before_appending", "attended to the cached keys before appending the new ones",
                 "A new position must see itself (and the new positions before it): append k and v to the cache "
-                "first, then attend to everything it holds.", (_attend_before_appending,)),
+                "first, then attend to everything it holds.", (_cached_attention_like(attend_to="past"),)),
         Mistake("no_mask_for_the_chunk", "used no causal mask for a chunk of several new positions",
                 "One new token may see every key, but in a chunk the first new position must not see the ones "
-                "after it: mask with `causal_mask`, offset by the number of cached positions (`n_past`).", (_no_mask,)),
+                "after it: mask with `causal_mask`, offset by the number of cached positions (`n_past`).", (_cached_attention_like(mask="none"),)),
         Mistake("mask_not_offset", "built the causal mask as if the new positions came first, without the n_past "
                 "offset", "New query i is position n_past + i: it sees every cached key and new keys up to itself. "
                 "Give `causal_mask` the number of cached positions as `n_past`: it shifts the diagonal by that many.",
-                (_mask_from_top_left, _mask_for_new_positions_only)),
+                (_cached_attention_like(mask="top_left"), _cached_attention_like(mask="new_only"))),
         Mistake("new_keys_first", "put the new keys and values before the cached ones",
                 "The cache holds positions in order: concatenate along the sequence axis, the cached keys and values "
                 "first, the new ones after them.",
-                (_new_keys_first,)),
+                (_cached_attention_like(order="new_first"),)),
     ),
     mutants=(
         Mutant("strict_mask", "masks with key < query, so no position sees its own key", _strict_offset_mask),
