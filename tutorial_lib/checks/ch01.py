@@ -86,41 +86,30 @@ def _count_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
-def _unweighted(word_counts):
-    counts = Counter()
-    for word in word_counts:
-        counts.update(zip(word, word[1:]))
-    return dict(counts)
+@mistake_builder
+def _count_like(*, weight="count", scope="word", positions="all"):
+    """A learner's count_pairs; each keyword reproduces one way of getting it wrong. ``weight="one"`` counts each word
+    once; ``scope="stream"`` runs the words together into one stream of symbols; ``positions``: "all" (right),
+    "distinct" (each pair once per word), "without_last" (the loop stops one pair early), "step_two" (non-overlapping)."""
 
+    def count_pairs(word_counts):
+        words = {word: (count if weight == "count" else 1) for word, count in word_counts.items()}
+        if scope == "stream":
+            words = {tuple(symbol for word, count in words.items() for _ in range(count) for symbol in word): 1}
+        counts = Counter()
+        for word, count in words.items():
+            pairs = list(zip(word, word[1:]))
+            if positions == "distinct":
+                pairs = list(dict.fromkeys(pairs))
+            elif positions == "without_last":
+                pairs = pairs[:-1]
+            elif positions == "step_two":
+                pairs = pairs[::2]
+            for pair in pairs:
+                counts[pair] += count
+        return dict(counts)
 
-def _across_words(word_counts):
-    stream = [symbol for word, count in word_counts.items() for _ in range(count) for symbol in word]
-    return dict(Counter(zip(stream, stream[1:])))
-
-
-def _once_per_word(word_counts):
-    counts = Counter()
-    for word, count in word_counts.items():
-        for pair in set(zip(word, word[1:])):
-            counts[pair] += count
-    return dict(counts)
-
-
-def _last_pair_missed(word_counts):
-    counts = {}
-    for word, count in word_counts.items():
-        for i in range(len(word) - 2):
-            pair = (word[i], word[i + 1])
-            counts[pair] = counts.get(pair, 0) + count
-    return counts
-
-
-def _skip_after_a_pair(word_counts):  # counts non-overlapping pairs only: (0, 1), (2, 3), ...
-    counts = Counter()
-    for word, count in word_counts.items():
-        for i in range(0, len(word) - 1, 2):
-            counts[word[i], word[i + 1]] += count
-    return dict(counts)
+    return count_pairs
 
 
 def _every_other_symbol(word_counts):
@@ -152,20 +141,20 @@ COUNT_PAIRS = Exercise(
     ),
     mistakes=(
         Mistake("ignored_word_counts", "counted each word once instead of weighting it by its count",
-                "A word that occurs 10 times contributes its pairs 10 times: add `count`, not 1.", (_unweighted,)),
+                "A word that occurs 10 times contributes its pairs 10 times: add `count`, not 1.", (_count_like(weight="one"),)),
         Mistake("across_word_boundaries", "counted pairs across word boundaries",
                 "The words were split apart on purpose: a pair made of the end of one word and the start of the next "
-                "never occurs in text. Count within each word only.", (_across_words,)),
+                "never occurs in text. Count within each word only.", (_count_like(scope="stream"),)),
         Mistake("once_per_word", "counted a pair once per word however often it occurs in it",
                 "A set of a word's pairs drops repeats: aaa holds (a, a) twice. Count every occurrence.",
-                (_once_per_word,)),
+                (_count_like(positions="distinct"),)),
         Mistake("missed_the_last_pair", "missed the last pair of each word",
                 "A word of n symbols has n - 1 adjacent pairs: the last one starts at position n - 2, so let the loop "
                 "reach it.",
-                (_last_pair_missed,)),
+                (_count_like(positions="without_last"),)),
         Mistake("non_overlapping_only", "stepped two symbols at a time, so half the pairs were never counted",
                 "Every position i < n - 1 starts a pair: step by 1, pairing each symbol with the next.",
-                (_skip_after_a_pair,)),
+                (_count_like(positions="step_two"),)),
     ),
     mutants=(
         Mutant("every_other_symbol", "pairs a symbol with the one two places later", _every_other_symbol),
@@ -196,36 +185,33 @@ def _best_pair_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
-def _first_maximum(pair_counts):
-    return max(pair_counts, key=pair_counts.get)
+@mistake_builder
+def _best_like(*, ties="smallest", frequency="most", returns="pair"):
+    """A learner's best_pair; each keyword reproduces one way of getting it wrong. ``ties``: "smallest" pair (right),
+    "first_seen" or "last_seen" (dict order), "sorted_last" (the last of a stable sort by count), "largest" pair;
+    ``frequency``: "most" (right), "least", or "ignored" (sorted by the pair alone); ``returns="count"``."""
 
+    def best_pair(pair_counts):
+        items = list(pair_counts.items())
+        sign = -1 if frequency == "most" else 1  # smaller keys first: -count for the most frequent
+        if frequency == "ignored":
+            best = min(items, key=lambda item: item[0])
+        elif ties == "smallest":
+            best = min(items, key=lambda item: (sign * item[1], item[0]))
+        elif ties == "largest":
+            best = max(items, key=lambda item: (-sign * item[1], item[0]))
+        elif ties == "first_seen":
+            best = min(items, key=lambda item: sign * item[1])
+        elif ties == "sorted_last":
+            best = sorted(items, key=lambda item: -sign * item[1])[-1]
+        else:  # last_seen
+            best = None
+            for item in items:
+                if best is None or sign * item[1] <= sign * best[1]:
+                    best = item
+        return best[1] if returns == "count" else best[0]
 
-def _last_maximum(pair_counts):
-    best, best_count = None, -1
-    for pair, count in pair_counts.items():
-        if count >= best_count:
-            best, best_count = pair, count
-    return best
-
-
-def _largest_pair_of_the_tie(pair_counts):
-    return max(pair_counts.items(), key=lambda item: (item[1], item[0]))[0]
-
-
-def _least_frequent(pair_counts):
-    return min(pair_counts.items(), key=lambda item: (item[1], item[0]))[0]
-
-
-def _sorted_by_pair_only(pair_counts):
-    return sorted(pair_counts)[0]
-
-
-def _returned_the_count(pair_counts):
-    return max(pair_counts.values())
-
-
-def _sorted_by_count_then_reverse(pair_counts):
-    return sorted(pair_counts.items(), key=lambda item: item[1])[-1][0]
+    return best_pair
 
 
 def _concatenation_order(pair_counts):  # ties by the merged string: ('a', 'bc') vs ('ab', 'c') compare equal
@@ -251,18 +237,18 @@ BEST_PAIR = Exercise(
         Mistake("tie_by_dict_order", "broke ties by the order of the dict, so the result depends on the input's order",
                 "`max` keyed on the count alone returns the *first* maximum met: insert the same counts in "
                 "another order and another pair wins. Break ties by the pair itself: key (-count, pair).",
-                (_first_maximum, _last_maximum, _sorted_by_count_then_reverse)),
+                (_best_like(ties="first_seen"), _best_like(ties="last_seen"), _best_like(ties="sorted_last"))),
         Mistake("largest_pair_of_the_tie", "broke ties towards the pair that sorts last",
                 "`max` with key (count, pair) prefers the largest pair among equal counts; the rule is the smallest: "
-                "`min` with key (-count, pair).", (_largest_pair_of_the_tie,)),
+                "`min` with key (-count, pair).", (_best_like(ties="largest"),)),
         Mistake("least_frequent", "picked the least frequent pair",
                 "BPE merges the *most* frequent pair: sort by -count (or use `max` on the count).",
-                (_least_frequent,)),
+                (_best_like(frequency="least"),)),
         Mistake("ignored_the_counts", "sorted by the pairs alone and ignored their counts",
-                "The count decides; the pair only breaks ties: key (-count, pair).", (_sorted_by_pair_only,)),
+                "The count decides; the pair only breaks ties: key (-count, pair).", (_best_like(frequency="ignored"),)),
         Mistake("returned_the_count", "returned the highest count instead of its pair",
                 "Return the pair (a tuple of two symbols), the first element of the best (pair, count) item.",
-                (_returned_the_count,)),
+                (_best_like(returns="count"),)),
     ),
     mutants=(
         Mutant("concatenation_order", "breaks ties by the merged string, so (a, bc) and (ab, c) tie",
@@ -288,58 +274,44 @@ def _merge_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
-def _no_skip(symbols, pair, new):  # both symbols of a merged pair may start another pair
-    out = []
-    i = 0
-    while i < len(symbols):
-        if i + 1 < len(symbols) and (symbols[i], symbols[i + 1]) == pair:
-            out.append(new)
-        elif not (i > 0 and (symbols[i - 1], symbols[i]) == pair):
-            out.append(symbols[i])
-        i += 1
-    return out
+@mistake_builder
+def _merge_like(*, overlaps="skipped", every=True, scan="left", in_place=False, joined=False):
+    """A learner's merge; each keyword reproduces one way of getting it wrong. ``overlaps="reused"`` lets both symbols
+    of a merged pair start another one; ``every=False`` merges the first occurrence only; ``scan="right"`` scans from
+    the right; ``in_place=True`` writes the result into the caller's list; ``joined=True`` joins the symbols into a
+    string and replaces the pair's characters there."""
 
+    def from_the_left(symbols, pair, new):
+        out, taken, i = [], set(), 0
+        while i < len(symbols):
+            if i + 1 < len(symbols) and (symbols[i], symbols[i + 1]) == pair and (every or not taken):
+                out.append(new)
+                taken.add(i)
+                i += 2 if overlaps == "skipped" else 1
+            else:
+                if not (overlaps == "reused" and i - 1 in taken):  # the second symbol of a pair just merged
+                    out.append(symbols[i])
+                i += 1
+        return out
 
-def _first_occurrence_only(symbols, pair, new):
-    for i in range(len(symbols) - 1):
-        if (symbols[i], symbols[i + 1]) == pair:
-            return symbols[:i] + [new] + symbols[i + 2:]
-    return list(symbols)
+    def merge(symbols, pair, new):
+        if joined:
+            return [new if char == "\0" else char for char in "".join(symbols).replace(pair[0] + pair[1], "\0")]
+        if scan == "right":
+            out = from_the_left(list(symbols)[::-1], pair[::-1], new)[::-1]
+        else:
+            out = from_the_left(list(symbols), pair, new)
+        if in_place:
+            symbols[:] = out
+            return symbols
+        return out
+
+    return merge
 
 
 def _string_replace(symbols, pair, new):  # joins the symbols, so a match may straddle two of them
     text = " ".join(symbols).replace(f"{pair[0]} {pair[1]}", new)
     return text.split(" ")
-
-
-def _concatenated_replace(symbols, pair, new):
-    merged = "".join(symbols).replace(pair[0] + pair[1], "\0")
-    out = []
-    for char in merged:
-        out.append(new if char == "\0" else char)
-    return out
-
-
-def _right_to_left(symbols, pair, new):
-    out = []
-    i = len(symbols) - 1
-    while i >= 0:
-        if i > 0 and (symbols[i - 1], symbols[i]) == pair:
-            out.insert(0, new)
-            i -= 2
-        else:
-            out.insert(0, symbols[i])
-            i -= 1
-    return out
-
-
-def _in_place(symbols, pair, new):
-    i = 0
-    while i < len(symbols) - 1:
-        if (symbols[i], symbols[i + 1]) == pair:
-            symbols[i : i + 2] = [new]
-        i += 1
-    return symbols
 
 
 def _pair_as_tuple(symbols, pair, new):
@@ -370,18 +342,18 @@ MERGE = Exercise(
     ),
     mistakes=(
         Mistake("overlaps_merged_twice", "merged overlapping occurrences twice",
-                "After a merge, both symbols are used: jump to i + 2, so aaa becomes aa a, not aa aa.", (_no_skip,)),
+                "After a merge, both symbols are used: jump to i + 2, so aaa becomes aa a, not aa aa.", (_merge_like(overlaps="reused"),)),
         Mistake("first_occurrence_only", "merged only the first occurrence of the pair",
                 "A merge replaces every occurrence in the word: keep scanning after the first.",
-                (_first_occurrence_only,)),
+                (_merge_like(every=False),)),
         Mistake("merged_across_symbols", "joined the symbols into a string and replaced the pair's characters in it",
                 "In the string a+ab+c the characters 'abc' straddle two symbols: a match must be two whole, adjacent "
-                "symbols. Compare list elements, not characters.", (_concatenated_replace,)),
+                "symbols. Compare list elements, not characters.", (_merge_like(joined=True),)),
         Mistake("right_to_left", "scanned from the right, so overlapping occurrences merge from the right",
-                "BPE merges from the left: aaa becomes aa a. Scan i = 0, 1, 2 and so on.", (_right_to_left,)),
+                "BPE merges from the left: aaa becomes aa a. Scan i = 0, 1, 2 and so on.", (_merge_like(scan="right"),)),
         Mistake("edited_the_argument", "edited the caller's list in place",
                 "Assigning into a slice of `symbols` changes the list the caller passed (and shifts the indices under "
-                "the loop): build a new list instead.", (_in_place,)),
+                "the loop): build a new list instead.", (_merge_like(in_place=True),)),
     ),
     mutants=(
         Mutant("new_symbol_as_a_tuple", "appends the pair itself instead of the new symbol", _pair_as_tuple),
@@ -428,56 +400,32 @@ def _encode_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
-def _most_frequent_in_word(word, merges):
-    known = set(merges)
-    tokens = [bytes([b]) for b in word]
-    while True:
-        counts = Counter(p for p in zip(tokens, tokens[1:]) if p in known)
-        if not counts:
-            return tokens
-        pair = max(counts, key=counts.get)
-        tokens = reference.merge_pair(tokens, pair, pair[0] + pair[1])
+@mistake_builder
+def _encode_like(*, choose="lowest_rank", repeat=True, start="bytes"):
+    """A learner's encode_word; each keyword reproduces one way of getting it wrong. ``choose`` picks the next pair to
+    merge among the learned pairs present: "lowest_rank" (right), "most_frequent" in the word, "leftmost", or
+    "highest_rank"; ``repeat=False`` stops after one merge; ``start="characters"`` starts from UTF-8 characters."""
 
+    def encode_word(word, merges):
+        ranks = {pair: rank for rank, pair in reversed(list(enumerate(merges)))}
+        tokens = ([char.encode("utf-8") for char in word.decode("utf-8")] if start == "characters"
+                  else [bytes([b]) for b in word])
+        while True:
+            present = [pair for pair in zip(tokens, tokens[1:]) if pair in ranks]
+            if not present:
+                return tokens
+            if choose == "most_frequent":
+                counts = Counter(present)
+                pair = max(counts, key=counts.get)
+            elif choose == "leftmost":
+                pair = present[0]
+            else:
+                pair = (min if choose == "lowest_rank" else max)(present, key=ranks.get)
+            tokens = reference.merge_pair(tokens, pair, pair[0] + pair[1])
+            if not repeat:
+                return tokens
 
-def _leftmost_known_pair(word, merges):
-    known = set(merges)
-    tokens = [bytes([b]) for b in word]
-    while True:
-        pair = next((p for p in zip(tokens, tokens[1:]) if p in known), None)
-        if pair is None:
-            return tokens
-        tokens = reference.merge_pair(tokens, pair, pair[0] + pair[1])
-
-
-def _latest_merge_first(word, merges):
-    ranks = {pair: rank for rank, pair in enumerate(merges)}
-    tokens = [bytes([b]) for b in word]
-    while True:
-        present = [p for p in zip(tokens, tokens[1:]) if p in ranks]
-        if not present:
-            return tokens
-        pair = max(present, key=ranks.get)
-        tokens = reference.merge_pair(tokens, pair, pair[0] + pair[1])
-
-
-def _one_pass(word, merges):  # each merge tried once, in order... against the bytes it started from
-    tokens = [bytes([b]) for b in word]
-    for pair in merges:
-        if pair in zip(tokens, tokens[1:]):
-            return reference.merge_pair(tokens, pair, pair[0] + pair[1])
-    return tokens
-
-
-def _characters_not_bytes(word, merges):
-    text = word.decode("utf-8")
-    tokens = [char.encode("utf-8") for char in text]
-    ranks = {pair: rank for rank, pair in enumerate(merges)}
-    while len(tokens) > 1:
-        pair = min(zip(tokens, tokens[1:]), key=lambda p: ranks.get(p, len(merges)))
-        if pair not in ranks:
-            break
-        tokens = reference.merge_pair(tokens, pair, pair[0] + pair[1])
-    return tokens
+    return encode_word
 
 
 def _ids_instead_of_tokens(word, merges):
@@ -502,19 +450,19 @@ ENCODE_WORD = Exercise(
     mistakes=(
         Mistake("most_frequent_in_word", "merged the pair most frequent in the word instead of the merge learned first",
                 "Encoding replays training's order: the pair with the lowest rank (index in merges) goes first, "
-                "however often another pair occurs in this word.", (_most_frequent_in_word,)),
+                "however often another pair occurs in this word.", (_encode_like(choose="most_frequent"),)),
         Mistake("leftmost_pair_first", "merged the leftmost known pair instead of the merge learned first",
                 "The position in the word does not matter, the rank does: merge the pair of lowest rank first.",
-                (_leftmost_known_pair,)),
+                (_encode_like(choose="leftmost"),)),
         Mistake("latest_merge_first", "applied the merge learned last first",
                 "Rank 0 is the first merge learned, and it goes first: take the *lowest* rank.",
-                (_latest_merge_first,)),
+                (_encode_like(choose="highest_rank"),)),
         Mistake("stopped_after_one_merge", "stopped after one merge",
                 "Keep merging while any adjacent pair is a learned merge: bcbc needs (b, c) and then (bc, bc).",
-                (_one_pass,)),
+                (_encode_like(repeat=False),)),
         Mistake("started_from_characters", "started from the word's characters instead of its bytes",
                 "Byte-level BPE starts from single bytes: é is two bytes, 0xC3 0xA9, and the merges work on them.",
-                (_characters_not_bytes,)),
+                (_encode_like(start="characters"),)),
     ),
     mutants=(
         Mutant("ids_instead_of_tokens", "returns integers built from each token's bytes", _ids_instead_of_tokens),
@@ -546,31 +494,22 @@ def _decode_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
-def _token_by_token(errors: str):
+@mistake_builder
+def _decode_like(*, per_token=False, codec="utf-8", errors="replace", joiner="", strip=False, convert="decode"):
+    """A learner's decode; each keyword reproduces one way of getting it wrong. ``per_token=True`` decodes each token
+    on its own (as does a ``joiner`` between tokens); ``codec``, ``errors`` as ``bytes.decode`` takes them;
+    ``strip=True`` strips the ends; ``convert="str"`` turns each token into text with ``str()``."""
+
     def decode(ids, vocab):
-        return "".join(vocab[i].decode("utf-8", errors=errors) for i in ids)
+        if convert == "str":
+            text = joiner.join(str(vocab[i]) for i in ids)
+        elif per_token or joiner:
+            text = joiner.join(vocab[i].decode(codec, errors=errors) for i in ids)
+        else:
+            text = b"".join(vocab[i] for i in ids).decode(codec, errors=errors)
+        return text.strip() if strip else text
 
     return decode
-
-
-def _latin1(ids, vocab):
-    return b"".join(vocab[i] for i in ids).decode("latin-1")
-
-
-def _strict(ids, vocab):
-    return b"".join(vocab[i] for i in ids).decode("utf-8")
-
-
-def _joined_with_spaces(ids, vocab):
-    return " ".join(vocab[i].decode("utf-8", errors="replace") for i in ids)
-
-
-def _stripped(ids, vocab):
-    return b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace").strip()
-
-
-def _repr_of_bytes(ids, vocab):
-    return "".join(str(vocab[i]) for i in ids)
 
 
 def _ids_as_code_points(ids, vocab):
@@ -595,22 +534,22 @@ DECODE = Exercise(
     mistakes=(
         Mistake("token_by_token", "decoded each token on its own, so a character split over two tokens breaks",
                 "A character's UTF-8 bytes may sit in several tokens (ï as 0xC3 then 0xAF): join all the bytes first, "
-                "then decode once.", (_token_by_token("replace"), _token_by_token("ignore"))),
+                "then decode once.", (_decode_like(per_token=True), _decode_like(per_token=True, errors="ignore"))),
         Mistake("latin1", "decoded the bytes as Latin-1 instead of UTF-8",
                 "Latin-1 maps each byte to one character, so é (two bytes) becomes 'Ã©': decode with 'utf-8'.",
-                (_latin1,)),
+                (_decode_like(codec="latin-1"),)),
         Mistake("strict_decoding", "decoded strictly, so an incomplete character raises",
                 "A slice of ids can end in the middle of a character: `errors='replace'` turns the incomplete bytes "
-                "into U+FFFD instead of raising UnicodeDecodeError.", (_strict,)),
+                "into U+FFFD instead of raising UnicodeDecodeError.", (_decode_like(errors="strict"),)),
         Mistake("joined_with_spaces", "joined the tokens with spaces",
                 "Tokens carry their own spaces (' c' is one token): join with the empty string.",
-                (_joined_with_spaces,)),
+                (_decode_like(joiner=" "),)),
         Mistake("stripped_whitespace", "stripped the spaces and line breaks at the ends of the text",
                 "Decoding gives back the text exactly, spaces and line breaks included (a prompt that ends in ' ' "
-                "differs from one that does not): drop the `.strip()`.", (_stripped,)),
+                "differs from one that does not): drop the `.strip()`.", (_decode_like(strip=True),)),
         Mistake("repr_of_bytes", "converted each token with str(), which gives its repr such as b'he'",
                 "`str()` of the bytes b'he' is their repr, \"b'he'\", not 'he': turn bytes into text with their "
-                "`decode` method and 'utf-8'.", (_repr_of_bytes,)),
+                "`decode` method and 'utf-8'.", (_decode_like(convert="str"),)),
     ),
     mutants=(
         Mutant("ids_as_code_points", "turns each id into the character of that code point", _ids_as_code_points),
