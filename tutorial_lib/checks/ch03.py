@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from tutorial_lib import attention as reference
+from tutorial_lib.checks.compound import mistake_builder
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 from tutorial_lib.checks.tracing import ATTENTION_CALLEES
@@ -50,96 +51,37 @@ def _masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Te
     return torch.softmax(scores, dim=-1).nan_to_num(0.0)
 
 
-def _no_scale(q, k, v, mask=None):
-    weights = _masked_softmax(q @ k.transpose(-2, -1), mask)
-    return weights @ v, weights
+@mistake_builder
+def _attention_like(*, scale="sqrt_d_k", k_axes=(-2, -1), softmax_dim=-1, mask_with="-inf", nan_to_zero=True,
+                    q_in_place=False, swapped=False):
+    """A learner's attention; each keyword reproduces one way of getting it wrong. ``scale``: what the scores are
+    divided by, "sqrt_d_k" (right), "none", "d_k" or "sqrt_d_value"; ``k_axes``: the axes of k swapped, or "T";
+    ``softmax_dim``; ``mask_with``: "-inf" (right), "inverted" (-inf where the mask is True), "zero", "-1e9", "finfo_min"
+    (a large negative number), or "after_softmax" (weights zeroed afterwards); ``nan_to_zero=False`` leaves fully
+    masked rows NaN; ``q_in_place`` scales q in place; ``swapped`` returns (weights, out)."""
 
-
-def _divide_by_d_k(q, k, v, mask=None):
-    weights = _masked_softmax(q @ k.transpose(-2, -1) / q.shape[-1], mask)
-    return weights @ v, weights
-
-
-def _scale_by_d_value(q, k, v, mask=None):
-    weights = _masked_softmax(q @ k.transpose(-2, -1) / math.sqrt(v.shape[-1]), mask)
-    return weights @ v, weights
-
-
-def _softmax_over(dim: int):
     def attention(q, k, v, mask=None):
-        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        weights = torch.softmax(scores, dim=dim).nan_to_num(0.0)
-        return weights @ v, weights
+        divisor = {"sqrt_d_k": math.sqrt(q.shape[-1]), "none": 1, "d_k": q.shape[-1],
+                   "sqrt_d_value": math.sqrt(v.shape[-1])}[scale]
+        k_t = k.T if k_axes == "T" else k.transpose(*k_axes)
+        if q_in_place:
+            q /= divisor
+            scores = q @ k_t
+        else:
+            scores = q @ k_t if scale == "none" else q @ k_t / divisor
+        if mask is not None and mask_with != "after_softmax":
+            fill = {"-inf": float("-inf"), "inverted": float("-inf"), "zero": 0.0, "-1e9": -1e9,
+                    "finfo_min": torch.finfo(scores.dtype).min}[mask_with]
+            scores = scores.masked_fill(mask if mask_with == "inverted" else ~mask, fill)
+        weights = torch.softmax(scores, dim=softmax_dim)
+        if mask is not None and mask_with == "after_softmax":
+            weights = weights.masked_fill(~mask, 0.0)
+        if nan_to_zero:
+            weights = weights.nan_to_num(0.0)
+        out = weights @ v
+        return (weights, out) if swapped else (out, weights)
 
     return attention
-
-
-def _k_dot_t(q, k, v, mask=None):
-    weights = _masked_softmax(q @ k.T / math.sqrt(q.shape[-1]), mask)
-    return weights @ v, weights
-
-
-def _k_transpose(dim0: int, dim1: int):
-    def attention(q, k, v, mask=None):
-        weights = _masked_softmax(q @ k.transpose(dim0, dim1) / math.sqrt(q.shape[-1]), mask)
-        return weights @ v, weights
-
-    return attention
-
-
-def _inverted_mask(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-    return weights @ v, weights
-
-
-def _mask_after_softmax(q, k, v, mask=None):
-    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
-    if mask is not None:
-        weights = weights.masked_fill(~mask, 0.0)
-    return weights @ v, weights
-
-
-def _mask_with_zero(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(~mask, 0.0)
-    weights = torch.softmax(scores, dim=-1)
-    return weights @ v, weights
-
-
-def _mask_with_large_negative(fill):
-    def attention(q, k, v, mask=None):
-        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-        if mask is not None:
-            scores = scores.masked_fill(~mask, fill(scores.dtype))
-        weights = torch.softmax(scores, dim=-1)
-        return weights @ v, weights
-
-    return attention
-
-
-def _nan_for_masked_rows(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
-    return weights @ v, weights
-
-
-def _scale_q_in_place(q, k, v, mask=None):
-    q /= math.sqrt(q.shape[-1])
-    weights = _masked_softmax(q @ k.transpose(-2, -1), mask)
-    return weights @ v, weights
-
-
-def _swapped_outputs(q, k, v, mask=None):
-    out, weights = _inverted_mask(q, k, v, None if mask is None else ~mask)
-    return weights, out
 
 
 def _multiply_by_sqrt_d_k(q, k, v, mask=None):
@@ -178,43 +120,43 @@ ATTENTION = Exercise(
     ),
     mistakes=(
         Mistake("no_scale", "forgot to divide the scores by √d_k",
-                "Eq. (1) scales by 1/√d_k: divide the scores by √d_k before the softmax.", (_no_scale,)),
+                "Eq. (1) scales by 1/√d_k: divide the scores by √d_k before the softmax.", (_attention_like(scale="none"),)),
         Mistake("divided_by_d_k", "divided the scores by d_k instead of √d_k",
                 "Divide by the square root of d_k: the dot product of two unit-variance vectors has variance d_k, so "
-                "its standard deviation is √d_k.", (_divide_by_d_k,)),
+                "its standard deviation is √d_k.", (_attention_like(scale="d_k"),)),
         Mistake("scaled_by_d_value", "scaled by the size of v's last axis instead of d_k",
                 "d_k is the size of the vectors in the dot product: the last axis of q and k, not of v.",
-                (_scale_by_d_value,)),
+                (_attention_like(scale="sqrt_d_value"),)),
         Mistake("wrong_k_axes", "transposed the wrong axes of k",
                 "Swap only the last two axes, counted from the end (the `mT` attribute does just that); `k.T` "
                 "reverses every axis, and fixed indices such as 1 and 2 break as soon as there is a head axis.",
-                (_k_dot_t, _k_transpose(-1, -3), _k_transpose(1, 2), _k_transpose(0, 1))),
+                (_attention_like(k_axes="T"), _attention_like(k_axes=(-1, -3)), _attention_like(k_axes=(1, 2)),
+                 _attention_like(k_axes=(0, 1)))),
         Mistake("softmax_over_queries", "took the softmax over the wrong axis",
                 "Each query's weights must sum to 1 over the keys: take the softmax over the last axis, `dim=-1`.",
-                (_softmax_over(-2), _softmax_over(1), _softmax_over(0))),
+                (_attention_like(softmax_dim=-2), _attention_like(softmax_dim=1), _attention_like(softmax_dim=0))),
         Mistake("inverted_mask", "inverted the mask",
                 "True means *may attend*: fill the scores with -inf where the mask is False, not where it is "
-                "True.", (_inverted_mask,)),
+                "True.", (_attention_like(mask_with="inverted"),)),
         Mistake("mask_after_softmax", "applied the mask after the softmax without renormalising",
                 "Zeroing weights afterwards leaves rows that no longer sum to 1: set masked scores to -inf "
-                "before the softmax.", (_mask_after_softmax,)),
+                "before the softmax.", (_attention_like(mask_with="after_softmax"),)),
         Mistake("masked_with_zero", "masked the scores with 0 instead of -inf",
                 "A score of 0 still gets weight exp(0) = 1 in the softmax: fill with -inf, whose weight is 0.",
-                (_mask_with_zero,)),
+                (_attention_like(mask_with="zero"),)),
         Mistake("masked_with_large_negative", "masked with a large negative number instead of -inf",
                 "It works until a query has no key to attend to: then every score is the same large negative "
                 "number and the softmax spreads the weight evenly over keys it must not see. Use -inf and turn "
                 "those rows' NaN into 0 (`nan_to_num`).",
-                (_mask_with_large_negative(lambda dtype: -1e9),
-                 _mask_with_large_negative(lambda dtype: torch.finfo(dtype).min))),
+                (_attention_like(mask_with="-1e9"), _attention_like(mask_with="finfo_min"))),
         Mistake("nan_for_fully_masked_rows", "left the softmax of all -inf rows as NaN",
                 "A query whose keys are all masked should attend to nothing: turning its NaN weights into 0 after "
-                "the softmax (`nan_to_num`) gives it zero weights and a zero output.", (_nan_for_masked_rows,)),
+                "the softmax (`nan_to_num`) gives it zero weights and a zero output.", (_attention_like(nan_to_zero=False),)),
         Mistake("scaled_q_in_place", "scaled q in place",
                 "Dividing `q` in place divides the caller's tensor too: put the scaled q in a new tensor, or "
-                "scale the scores instead.", (_scale_q_in_place,)),
+                "scale the scores instead.", (_attention_like(q_in_place=True),)),
         Mistake("swapped_outputs", "returned (weights, out) instead of (out, weights)",
-                "Return the output first and the attention weights second.", (_swapped_outputs,)),
+                "Return the output first and the attention weights second.", (_attention_like(swapped=True),)),
     ),
     mutants=(
         Mutant("multiplied_by_sqrt_d_k", "multiplies the scores by √d_k instead of dividing", _multiply_by_sqrt_d_k),
@@ -233,25 +175,14 @@ def _seq_len_cases(generator: torch.Generator) -> list[Case]:
     return [Case.of(seq_len=4), Case.of(seq_len=7), Case.of(seq_len=1)]
 
 
-def _upper_triangle(seq_len):
-    return torch.triu(torch.ones(seq_len, seq_len, dtype=torch.bool))
+@mistake_builder
+def _causal_like(*, triangle="lower", diagonal=0, dtype=torch.bool):
+    """A learner's causal mask; each keyword reproduces one way of getting it wrong: the ``triangle`` kept, the
+    ``diagonal`` it starts from (``torch.tril``'s), and the ``dtype``."""
 
-
-def _true_means_masked(seq_len):  # the convention of nn.MultiheadAttention's boolean attn_mask
-    return torch.triu(torch.ones(seq_len, seq_len, dtype=torch.bool), diagonal=1)
-
-
-def _strict_lower_triangle(seq_len):
-    return torch.tril(torch.ones(seq_len, seq_len, dtype=torch.bool), diagonal=-1)
-
-
-def _sees_the_next_token(seq_len):
-    return torch.tril(torch.ones(seq_len, seq_len, dtype=torch.bool), diagonal=1)
-
-
-def _tril_of(dtype: torch.dtype):
     def causal_mask(seq_len):
-        return torch.tril(torch.ones(seq_len, seq_len, dtype=dtype))
+        ones = torch.ones(seq_len, seq_len, dtype=dtype)
+        return torch.tril(ones, diagonal=diagonal) if triangle == "lower" else torch.triu(ones, diagonal=diagonal)
 
     return causal_mask
 
@@ -275,19 +206,19 @@ CAUSAL_MASK = Exercise(
     mistakes=(
         Mistake("upper_triangle", "built the upper triangle instead of the lower one",
                 "True means *may attend*, and position t may attend to 0 … t (the past), so True belongs on and "
-                "below the diagonal: `torch.tril`.", (_upper_triangle,)),
+                "below the diagonal: `torch.tril`.", (_causal_like(triangle="upper"),)),
         Mistake("true_means_masked", "marked the positions to hide (True = masked) instead of those to see",
                 "That is the convention of `nn.MultiheadAttention`'s boolean `attn_mask`; here True means *may "
-                "attend*, so True goes on and below the diagonal, in a boolean mask.", (_true_means_masked,)),
+                "attend*, so True goes on and below the diagonal, in a boolean mask.", (_causal_like(triangle="upper", diagonal=1),)),
         Mistake("excluded_diagonal", "left out the diagonal",
                 "A position may attend to itself: keep the diagonal (the default `diagonal=0` of `torch.tril`).",
-                (_strict_lower_triangle,)),
+                (_causal_like(diagonal=-1),)),
         Mistake("sees_the_next_token", "let each position see the next one (`diagonal=1`)",
                 "With `diagonal=1` position t also sees t + 1, the token it must predict: use the default "
-                "`diagonal=0`.", (_sees_the_next_token,)),
+                "`diagonal=0`.", (_causal_like(diagonal=1),)),
         Mistake("not_bool", "returned numbers instead of booleans",
                 "Masks are boolean (True = may attend): create the ones with `dtype=torch.bool`, or compare the "
-                "key positions with the query positions.", (_tril_of(torch.float32), _tril_of(torch.int64))),
+                "key positions with the query positions.", (_causal_like(dtype=torch.float32), _causal_like(dtype=torch.int64))),
     ),
     mutants=(
         Mutant("additive_mask", "returns nn.Transformer's additive float mask (0 and -inf)", _additive_mask),
@@ -307,20 +238,18 @@ def _padding_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
-def _inverted_padding(lengths, seq_len):
-    return (torch.arange(seq_len)[None, :] >= lengths[:, None])[:, None, :]
+@mistake_builder
+def _padding_like(*, compare="<", singleton="middle"):
+    """A learner's padding mask; each keyword reproduces one way of getting it wrong: how a position is compared with
+    the length ("<" right, ">=" inverted, "<=" one too many), and where the singleton axis goes ("middle" right,
+    "none", "last")."""
 
+    def padding_mask(lengths, seq_len):
+        position, length = torch.arange(seq_len)[None, :], lengths[:, None]
+        mask = {"<": position < length, ">=": position >= length, "<=": position <= length}[compare]
+        return {"middle": mask[:, None, :], "none": mask, "last": mask[:, :, None]}[singleton]
 
-def _padding_off_by_one(lengths, seq_len):
-    return (torch.arange(seq_len)[None, :] <= lengths[:, None])[:, None, :]
-
-
-def _padding_without_query_axis(lengths, seq_len):
-    return torch.arange(seq_len)[None, :] < lengths[:, None]
-
-
-def _padding_query_axis_last(lengths, seq_len):
-    return (torch.arange(seq_len)[None, :] < lengths[:, None])[:, :, None]
+    return padding_mask
 
 
 def _padding_as_long(lengths, seq_len):
@@ -346,18 +275,18 @@ PADDING_MASK = Exercise(
         Mistake("inverted", "marked the padding instead of the real tokens",
                 "True means *may attend*: True on the first lengths[b] positions, the real tokens, False on the "
                 "padding.",
-                (_inverted_padding,)),
+                (_padding_like(compare=">="),)),
         Mistake("off_by_one", "let each sequence see one padding position too many",
                 "A sequence of length n has positions 0 … n - 1: position n is already padding, so the comparison "
                 "must be strict.",
-                (_padding_off_by_one,)),
+                (_padding_like(compare="<="),)),
         Mistake("missing_query_axis", "left out the singleton query axis",
                 "Return (batch, 1, seq_len) so the mask broadcasts over the queries: add an axis of size 1 in the "
                 "middle.",
-                (_padding_without_query_axis,)),
+                (_padding_like(singleton="none"),)),
         Mistake("query_axis_last", "put the singleton axis last",
                 "A (batch, seq_len, 1) mask hides padding *queries*; the keys are the last axis, so the "
-                "singleton goes in the middle: (batch, 1, seq_len).", (_padding_query_axis_last,)),
+                "singleton goes in the middle: (batch, 1, seq_len).", (_padding_like(singleton="last"),)),
     ),
     mutants=(
         Mutant("long_dtype", "returns 0/1 integers instead of booleans", _padding_as_long),
@@ -382,29 +311,21 @@ def _positions(seq_len):
     return torch.arange(seq_len)[:, None], torch.arange(seq_len)[None, :]
 
 
-def _window_one_too_wide(seq_len, window):
-    query, key = _positions(seq_len)
-    return (key <= query) & (key >= query - window)
+@mistake_builder
+def _window_like(*, start="window_back", end="self"):
+    """A learner's sliding-window mask; each keyword reproduces one way of getting it wrong. ``start``, the first key
+    a query sees: "window_back" (t - window + 1: right), "one_too_wide" (t - window), "one_too_narrow"
+    (t - window + 2), or "from_zero" (the first ``window`` keys of the sequence); ``end``, the last: "self" (right),
+    "before_self", or "ahead" (window - 1 keys into the future)."""
 
+    def sliding_window_mask(seq_len, window):
+        query, key = _positions(seq_len)
+        first = {"window_back": key > query - window, "one_too_wide": key >= query - window,
+                 "one_too_narrow": key > query - window + 1, "from_zero": key < window}[start]
+        last = {"self": key <= query, "before_self": key < query, "ahead": key < query + window}[end]
+        return last & first
 
-def _window_one_too_narrow(seq_len, window):
-    query, key = _positions(seq_len)
-    return (key <= query) & (key > query - window + 1)
-
-
-def _window_not_causal(seq_len, window):
-    query, key = _positions(seq_len)
-    return (key - query).abs() < window
-
-
-def _window_without_self(seq_len, window):
-    query, key = _positions(seq_len)
-    return (key < query) & (key >= query - window)
-
-
-def _window_from_the_start(seq_len, window):
-    query, key = _positions(seq_len)
-    return (key <= query) & (key < window)
+    return sliding_window_mask
 
 
 def _window_ignored(seq_len, window):
@@ -434,21 +355,21 @@ SLIDING_WINDOW_MASK = Exercise(
         Mistake("one_too_wide", "let each position see window + 1 keys",
                 "Position t sees t - window + 1 … t, which is `window` keys: the key exactly `window` positions back "
                 "is already out.",
-                (_window_one_too_wide,)),
+                (_window_like(start="one_too_wide"),)),
         Mistake("one_too_narrow", "let each position see only window - 1 keys",
                 "The window counts the position itself: t sees t - window + 1 … t, so the key at t - window + 1 is "
                 "still in.",
-                (_window_one_too_narrow,)),
+                (_window_like(start="one_too_narrow"),)),
         Mistake("not_causal", "let positions see the future inside the window",
                 "A sliding window is still causal: also require that the key does not come after the query.",
-                (_window_not_causal,)),
+                (_window_like(end="ahead"),)),
         Mistake("excluded_self", "left each position out of its own window",
                 "A position sees itself and the window - 1 before it: keep the keys from t - window + 1 up to and "
                 "including t.",
-                (_window_without_self,)),
+                (_window_like(start="one_too_wide", end="before_self"),)),
         Mistake("window_from_the_start", "kept the first `window` positions instead of the last `window` ones",
                 "The window slides with the query: count the window back from the query's position, not forward "
-                "from 0.", (_window_from_the_start,)),
+                "from 0.", (_window_like(start="from_zero"),)),
     ),
     mutants=(
         Mutant("window_ignored", "returns the plain causal mask", _window_ignored),
@@ -485,29 +406,29 @@ def _padded_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
-def _combined_with(combine: str):
-    """The two package masks combined wrongly (the attention and both masks are right on their own)."""
+@mistake_builder
+def _padded_like(*, combine="and", padding_on="keys", causal="lower"):
+    """A learner's padded causal attention, built from the package's masks and attention; each keyword reproduces one
+    way of getting it wrong. ``combine``: "and" (right), "or", "plus" (booleans added: the same as or), "causal_only",
+    "padding_only", or "sequential" (the second mask applied to fresh scores, replacing the first); ``padding_on=
+    "queries"`` transposes the padding mask; ``causal="upper"`` builds the causal mask from the upper triangle."""
+
     def attention(q, k, v, lengths):
         seq_len = k.shape[-2]
-        causal, padding = reference.causal_mask(seq_len), reference.padding_mask(lengths, seq_len)
-        if combine == "or":
-            mask = causal | padding
-        elif combine == "plus":  # booleans added: True + True is True, True + False is True: the same as |
-            mask = causal + padding
-        elif combine == "causal_only":
-            mask = causal
-        elif combine == "padding_only":
-            mask = padding
-        elif combine == "padding_on_queries":  # the padding mask's singleton axis moved to the keys: pads as queries
-            mask = causal & padding.transpose(-2, -1)
-        elif combine == "future_allowed":
-            mask = torch.triu(torch.ones(seq_len, seq_len, dtype=torch.bool)) & padding
-        else:  # "sequential": the second mask replaces the first instead of combining with it
+        ones = torch.ones(seq_len, seq_len, dtype=torch.bool)
+        causal_mask = torch.tril(ones) if causal == "lower" else torch.triu(ones)
+        padding = reference.padding_mask(lengths, seq_len)
+        if padding_on == "queries":  # the singleton axis moved to the keys: it hides padded queries' rows
+            padding = padding.transpose(-2, -1)
+        if combine == "sequential":
             scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-            scores = scores.masked_fill(~causal, float("-inf"))
+            scores = scores.masked_fill(~causal_mask, float("-inf"))
             scores = torch.where(padding, q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), float("-inf"))
             weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
             return weights @ v, weights
+        mask = {"and": lambda: causal_mask & padding, "or": lambda: causal_mask | padding,
+                "plus": lambda: causal_mask + padding, "causal_only": lambda: causal_mask,
+                "padding_only": lambda: padding}[combine]()
         return reference.scaled_dot_product_attention(q, k, v, mask)
 
     return attention
@@ -549,21 +470,21 @@ PADDED_CAUSAL_ATTENTION = Exercise(
         Mistake("masks_or", "combined the two masks with | (or) instead of & (and)",
                 "True means *may attend*: a key must pass both masks, so combine them with and (&); with or (|) a "
                 "padded query sees its future, and a key passes when either mask lets it.",
-                (_combined_with("or"), _combined_with("plus"))),
+                (_padded_like(combine="or"), _padded_like(combine="plus"))),
         Mistake("causal_only", "used the causal mask alone and forgot the padding",
                 "The padded positions of a short sequence are queries too: without the padding mask they attend to "
-                "other padding. Combine the causal mask with `padding_mask` too.", (_combined_with("causal_only"),)),
+                "other padding. Combine the causal mask with `padding_mask` too.", (_padded_like(combine="causal_only"),)),
         Mistake("padding_only", "let the padding mask alone decide, so the causal mask is lost",
                 "A decoder must not look ahead: combine `causal_mask` and `padding_mask` into one mask, and "
                 "apply the result once (masking fresh scores for the second mask throws the first one away).",
-                (_combined_with("padding_only"), _combined_with("sequential"))),
+                (_padded_like(combine="padding_only"), _padded_like(combine="sequential"))),
         Mistake("padding_on_the_query_axis", "put the padding mask on the query axis instead of the key axis",
                 "padding_mask is (batch, 1, key_pos): its singleton axis broadcasts over the queries, so it hides "
                 "padding *keys*. Transposed, it hides the padded queries' rows instead.",
-                (_combined_with("padding_on_queries"),)),
+                (_padded_like(padding_on="queries"),)),
         Mistake("causal_upside_down", "built the causal mask from the upper triangle, so each query sees its future",
                 "Query t may attend to keys 0 … t: the lower triangle, `torch.tril`.",
-                (_combined_with("future_allowed"),)),
+                (_padded_like(causal="upper"),)),
     ),
     mutants=(
         Mutant("padding_one_longer", "lets every query see one padding key (<= instead of <)", _padding_one_longer),
