@@ -104,3 +104,36 @@ def test_every_prediction_is_recorded_before_its_measurement(chapter):
         check_cell = next(i for i, cell in enumerate(cells) if exercise_id in CHECK.findall(cell.source))
         assert exercise_id in recorded, f"solutions/{chapter}: no cell measures under if record_prediction({exercise_id!r}, …)"
         assert recorded[exercise_id] < check_cell, f"solutions/{chapter}: {exercise_id} is checked before it is measured"
+
+
+# Each chapter's graded prediction that is measured by running code (a trained or untrained model, sampled data,
+# a tokenizer trained on the corpus, a FLOP count), not a closed form: what each measures.
+MEASURED_PREDICTIONS = {
+    "01": "01.predict_capitals",  # ids per character of the held-out text in capitals, a 500-merge BPE trained here
+    "02": "02.predict_position_recovered",  # positions read back from sampled scaled embeddings plus their encodings
+    "03": "03.predict_variance",  # the variance of q·k over sampled vectors at d_k = 64
+    "04": "04.predict_flop_ratio",  # FLOPs of 8-head over 1-head attention, counted by FlopCounterMode
+    "05": "05.predict_dead_share",  # ReLU units at 0 in an initialised FFN on shifted inputs
+    "06": "06.predict_deep_stream",  # the pre-norm stream leaving block 96 of the chapter's model at initialisation
+    "07": "07.predict_decoding_flops",  # FLOPs of greedy decoding over a teacher-forced forward, counted
+    "08": "08.predict_own_token_share",  # how often the untrained tied character GPT ranks its input first
+    "09": "09.predict_initial_loss",  # the untrained character GPT's loss on random characters
+    "10": "10.predict_distinct_tokens",  # different tokens among 500 draws of the package's sampler
+    "11": "11.predict_no_attention_loss",  # the bigram cross-entropy of the corpus, counted
+    "12": "12.predict_rmsnorm_spread",  # the spread of RMSNorm's output on sampled offset inputs
+    "13": "13.predict_naive_memory",  # the peak memory of naive attention at 1024 positions, measured
+    "14": "14.predict_pairs_without_label",  # pre-training pairs left without a label by the masking
+    "15": "15.predict_ring_bytes",  # the bytes the ring all-reduce sends per rank, counted on its messages
+}
+
+
+@pytest.mark.parametrize("chapter", sorted(MEASURED_PREDICTIONS))
+def test_every_chapter_has_a_measured_prediction_whose_hints_do_not_print_the_answer(chapter):
+    exercise_id = MEASURED_PREDICTIONS[chapter]
+    exercise = get_exercise(exercise_id)
+    assert exercise.on_pass is not None, f"{exercise_id} is not a graded prediction"
+    (markdown,) = [markdown for _title, markdown, ids in _sections(chapter) if exercise_id in ids]
+    hints = " ".join(text for _level, text in HINT.findall(markdown))
+    measured = exercise.reference()
+    shown = f"{measured:.3g}"
+    assert len(shown) < 3 or shown not in hints, f"{exercise_id}: a hint prints the measurement {shown}"
