@@ -73,63 +73,34 @@ def _cosine(step, max_lr, min_lr, start, length):
     return min_lr + 0.5 * (max_lr - min_lr) * (1 + math.cos(math.pi * progress))
 
 
-def _no_warmup(step, *, max_lr, warmup_steps, total_steps, min_lr=0.0):
-    if step >= total_steps:
-        return min_lr
-    return _cosine(step, max_lr, min_lr, 0, total_steps)
+@mistake_builder
+def _schedule_like(*, warmup="linear", progress="after_warmup", decay_to="min_lr", amplitude="max_lr - min_lr",
+                   after_end="min_lr"):
+    """A learner's schedule; each keyword reproduces one way of getting it wrong.
 
+    ``warmup``: "none" (warmup_steps ignored: the cosine runs from step 0 over total_steps), "from_zero" (step 0 gets
+    0, the last warm-up step falls one short of max_lr) or "one_past" (max_lr only at step warmup_steps).
+    ``progress``: "from_step_zero" (the cosine's clock starts at step 0) or "over_total" (divided by total_steps).
+    ``decay_to="zero"``: the cosine falls to 0; ``amplitude="max_lr"``: the cosine scaled by max_lr; ``after_end``:
+    "zero" (0 after total_steps) or "cosine" (no clamp: the cosine climbs back up).
+    """
 
-def _warmup_from(numerator_offset: int, denominator_offset: int):
     def warmup_cosine_lr(step, *, max_lr, warmup_steps, total_steps, min_lr=0.0):
+        if warmup == "none":
+            warmup_steps = 0
         if step < warmup_steps:
-            return max_lr * (step + numerator_offset) / (warmup_steps + denominator_offset)
-        if step >= total_steps:
-            return min_lr
-        return _cosine(step, max_lr, min_lr, warmup_steps, total_steps - warmup_steps)
+            numerator, denominator = {"linear": (1, 0), "from_zero": (0, 0), "one_past": (1, 1)}[warmup]
+            return max_lr * (step + numerator) / (warmup_steps + denominator)
+        if step >= total_steps and after_end != "cosine":
+            return min_lr if after_end == "min_lr" else 0.0
+        start, length = {"after_warmup": (warmup_steps, total_steps - warmup_steps),
+                         "from_step_zero": (0, total_steps), "over_total": (warmup_steps, total_steps)}[progress]
+        elapsed = (step - start) / max(1, length)
+        floor = min_lr if decay_to == "min_lr" else 0.0
+        span = max_lr - floor if amplitude == "max_lr - min_lr" else max_lr
+        return floor + 0.5 * span * (1 + math.cos(math.pi * elapsed))
 
     return warmup_cosine_lr
-
-
-def _cosine_from_step_zero(step, *, max_lr, warmup_steps, total_steps, min_lr=0.0):
-    if step < warmup_steps:
-        return max_lr * (step + 1) / warmup_steps
-    if step >= total_steps:
-        return min_lr
-    return _cosine(step, max_lr, min_lr, 0, total_steps)
-
-
-def _cut_short(step, *, max_lr, warmup_steps, total_steps, min_lr=0.0):
-    if step < warmup_steps:
-        return max_lr * (step + 1) / warmup_steps
-    if step >= total_steps:
-        return min_lr
-    return _cosine(step, max_lr, min_lr, warmup_steps, total_steps)  # the cosine's length should be total - warmup
-
-
-def _to_zero(after_end: Callable[[float], float]):
-    def warmup_cosine_lr(step, *, max_lr, warmup_steps, total_steps, min_lr=0.0):
-        if step < warmup_steps:
-            return max_lr * (step + 1) / warmup_steps
-        if step >= total_steps:
-            return after_end(min_lr)
-        return _cosine(step, max_lr, 0.0, warmup_steps, total_steps - warmup_steps)
-
-    return warmup_cosine_lr
-
-
-def _amplitude_max_lr(step, *, max_lr, warmup_steps, total_steps, min_lr=0.0):
-    if step < warmup_steps:
-        return max_lr * (step + 1) / warmup_steps
-    if step >= total_steps:
-        return min_lr
-    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
-    return min_lr + 0.5 * max_lr * (1 + math.cos(math.pi * progress))
-
-
-def _no_clamp(step, *, max_lr, warmup_steps, total_steps, min_lr=0.0):
-    if step < warmup_steps:
-        return max_lr * (step + 1) / warmup_steps
-    return _cosine(step, max_lr, min_lr, warmup_steps, total_steps - warmup_steps)
 
 
 def _linear_decay(step, *, max_lr, warmup_steps, total_steps, min_lr=0.0):
@@ -173,26 +144,28 @@ WARMUP_COSINE_LR = Exercise(
     mistakes=(
         Mistake("no_warmup", "left out the warm-up: the cosine starts at max_lr from the first update",
                 "For the first `warmup_steps` updates, raise the rate linearly from max_lr / warmup_steps to max_lr, "
-                "and only then start the cosine's clock.", (_no_warmup,)),
+                "and only then start the cosine's clock.", (_schedule_like(warmup="none"),)),
         Mistake("warmup_off_by_one", "put the warm-up one step off",
                 "Update `step` counts from 0: the first update gets max_lr / warmup_steps (not 0, which wastes it), "
                 "and the last update of the warm-up, the one just before step `warmup_steps`, reaches exactly "
-                "max_lr.", (_warmup_from(0, 0), _warmup_from(1, 1))),
+                "max_lr.", (_schedule_like(warmup="from_zero"), _schedule_like(warmup="one_past"))),
         Mistake("cosine_from_step_zero", "started the cosine's clock at step 0 instead of at the end of the warm-up",
                 "After the warm-up the rate should start its descent from max_lr: measure the cosine's progress from "
-                "the end of the warm-up, not from step 0.", (_cosine_from_step_zero,)),
+                "the end of the warm-up, not from step 0.", (_schedule_like(progress="from_step_zero"),)),
         Mistake("never_reaches_min_lr", "divided the cosine's progress by total_steps, so it ends above min_lr",
                 "The descent lasts only the updates after the warm-up, total_steps − warmup_steps of them: divide by "
-                "that, so progress reaches 1 (and the rate min_lr) at total_steps.", (_cut_short,)),
+                "that, so progress reaches 1 (and the rate min_lr) at total_steps.",
+                (_schedule_like(progress="over_total"),)),
         Mistake("decays_below_min_lr", "let the cosine decay to 0 instead of to min_lr",
                 "Interpolate between the two: the half cosine runs from max_lr at the start of the descent down to "
                 "min_lr at its end, never below it.",
-                (_to_zero(lambda min_lr: min_lr), _to_zero(lambda min_lr: 0.0))),
+                (_schedule_like(decay_to="zero"), _schedule_like(decay_to="zero", after_end="zero"))),
         Mistake("cosine_amplitude", "scaled the cosine by max_lr instead of max_lr − min_lr, so it starts above max_lr",
                 "The half cosine spans max_lr − min_lr: scale it by that difference and add it on top of min_lr.",
-                (_amplitude_max_lr,)),
+                (_schedule_like(amplitude="max_lr"),)),
         Mistake("no_clamp_after_total", "let the cosine climb back up after total_steps",
-                "A cosine is periodic: from step `total_steps` on, return min_lr.", (_no_clamp,)),
+                "A cosine is periodic: from step `total_steps` on, return min_lr.",
+                (_schedule_like(after_end="cosine"),)),
     ),
     mutants=(
         Mutant("linear_decay", "decays linearly from max_lr to min_lr instead of along a half cosine", _linear_decay),
@@ -377,42 +350,29 @@ def _batch_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
-def _windows_by_slicing(n_starts: Callable[[int, int], int], *, x_shift: int = 0, y_shift: int = 1):
-    """A learner's get_batch with a loop over slices (nanoGPT's way); each keyword reproduces one way of getting it wrong."""
+@mistake_builder
+def _batch_like(*, starts="valid", shift="y_later", windows="slices"):
+    """A learner's get_batch; ``starts`` and ``shift`` each reproduce one way of getting it wrong.
+
+    ``starts``: the upper bound handed to ``torch.randint``, "one_too_many" (len(data) − n_ctx + 1), "all"
+    (len(data)) or "one_too_few" (len(data) − n_ctx − 1). ``shift``: "none" (y = x), "swapped" (x one token later
+    than y) or "y_earlier" (y one token earlier than x). ``windows`` is only how the windows are cut, right either
+    way: "slices" (a loop over slices, nanoGPT's way) or "indexed" (one index tensor of the windows' positions).
+    """
+    x_offset, y_offset = {"y_later": (0, 1), "none": (0, 0), "swapped": (1, 0), "y_earlier": (0, -1)}[shift]
 
     def get_batch(data, batch_size, n_ctx, generator):
-        high = n_starts(len(data), n_ctx)
-        starts = torch.randint(high, (batch_size,), generator=generator)
-        x = torch.stack([data[s + x_shift : s + x_shift + n_ctx] for s in starts])
-        y = torch.stack([data[s + y_shift : s + y_shift + n_ctx] for s in starts])
+        high = {"valid": len(data) - n_ctx, "one_too_many": len(data) - n_ctx + 1, "all": len(data),
+                "one_too_few": len(data) - n_ctx - 1}[starts]
+        drawn = torch.randint(high, (batch_size,), generator=generator)
+        if windows == "indexed":
+            positions = drawn[:, None] + torch.arange(n_ctx)
+            return data[positions + x_offset], data[positions + y_offset]
+        x = torch.stack([data[s + x_offset : s + x_offset + n_ctx] for s in drawn])
+        y = torch.stack([data[s + y_offset : s + y_offset + n_ctx] for s in drawn])
         return x, y
 
     return get_batch
-
-
-def _windows_by_indexing(n_starts: Callable[[int, int], int]):
-    def get_batch(data, batch_size, n_ctx, generator):
-        starts = torch.randint(n_starts(len(data), n_ctx), (batch_size,), generator=generator)
-        windows = data[starts[:, None] + torch.arange(n_ctx + 1)]
-        return windows[:, :-1], windows[:, 1:]
-
-    return get_batch
-
-
-def _correct_starts(length, n_ctx):
-    return length - n_ctx
-
-
-def _one_too_many(length, n_ctx):
-    return length - n_ctx + 1
-
-
-def _whole_length(length, n_ctx):
-    return length
-
-
-def _one_too_few(length, n_ctx):
-    return length - n_ctx - 1
 
 
 def _separate_draws(data, batch_size, n_ctx, generator):
@@ -430,11 +390,6 @@ def _stacked_on_dim_1(data, batch_size, n_ctx, generator):
     return x, y
 
 
-def _swapped(data, batch_size, n_ctx, generator):
-    x, y = _windows_by_slicing(_correct_starts)(data, batch_size, n_ctx, generator)
-    return y, x
-
-
 GET_BATCH = Exercise(
     id="09.get_batch",
     forbidden=(get_batch,),
@@ -449,22 +404,21 @@ GET_BATCH = Exercise(
     mistakes=(
         Mistake("y_not_shifted", "returned the same windows as inputs and targets",
                 "Position t must predict the *next* token: y is the same window as x, moved one token later.",
-                (_windows_by_slicing(_correct_starts, y_shift=0),)),
+                (_batch_like(shift="none"),)),
         Mistake("shifted_the_wrong_way", "shifted the targets the wrong way",
                 "x is the window that begins at the drawn start and y the same window one token *later*; y must not "
                 "be the earlier one.",
-                (_swapped, _windows_by_slicing(_correct_starts, x_shift=1, y_shift=0),
-                 _windows_by_slicing(_correct_starts, y_shift=-1))),
+                (_batch_like(shift="swapped"), _batch_like(shift="y_earlier"))),
         Mistake("runs_past_the_end", "drew starts whose target window runs past the end of the data",
                 "x and y together span n_ctx + 1 tokens, so the last valid start is len(data) − n_ctx − 1: "
                 "`torch.randint` never draws its upper bound, and a bound of len(data) − n_ctx gives exactly the "
                 "valid starts.",
-                (_windows_by_slicing(_one_too_many), _windows_by_indexing(_one_too_many),
-                 _windows_by_slicing(_whole_length), _windows_by_indexing(_whole_length))),
+                (_batch_like(starts="one_too_many"), _batch_like(starts="one_too_many", windows="indexed"),
+                 _batch_like(starts="all"), _batch_like(starts="all", windows="indexed"))),
         Mistake("misses_the_last_window", "never drew the last valid window",
                 "`torch.randint` draws from 0 up to one less than its upper bound, so a bound of len(data) − n_ctx "
                 "already excludes the windows that would run past the end: subtract nothing more.",
-                (_windows_by_slicing(_one_too_few),)),
+                (_batch_like(starts="one_too_few"),)),
     ),
     mutants=(
         Mutant("separate_draws", "draws the starts of y separately from those of x", _separate_draws),

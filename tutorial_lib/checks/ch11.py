@@ -129,52 +129,40 @@ class _Zeros(nn.Module):
         return torch.zeros_like(x)
 
 
-def _attention_returns_input(model):
-    for block in model.blocks:
-        block.attn = _PassThrough()
+@mistake_builder
+def _surgery_like(*, blocks="all", sublayer="attention", how="remove"):
+    """A learner's remove_attention; each keyword reproduces one way of getting it wrong.
 
+    ``blocks="first"``: only the first block is edited. ``sublayer="ffn"``: the feed-forward sublayer is edited
+    instead. ``how``: "pass_through_in_residual" or "identity_in_residual" (the sublayer replaced by a module that
+    returns its input, the residual connection kept; ``nn.Identity`` refuses the attention's keywords),
+    "zero_projection" (the sublayer's output projection zeroed in place) or "skip_only" (the residual connection
+    replaced by a ``Skip``, the sublayer's weights left in the model).
+    """
+    module, residual = ("attn", "attn_residual") if sublayer == "attention" else ("ffn", "ffn_residual")
 
-def _attention_is_identity(model):
-    for block in model.blocks:
-        block.attn = nn.Identity()
+    def remove_attention(model):
+        for block in model.blocks[:1] if blocks == "first" else model.blocks:
+            if how == "remove":
+                setattr(block, module, nn.Identity())
+                setattr(block, residual, Skip())
+            elif how == "pass_through_in_residual":
+                setattr(block, module, _PassThrough())
+            elif how == "identity_in_residual":
+                setattr(block, module, nn.Identity())
+            elif how == "zero_projection":
+                projection = block.attn.out_proj if sublayer == "attention" else block.ffn.down
+                with torch.no_grad():
+                    projection.weight.zero_()
+                    projection.bias.zero_()
+            elif how == "skip_only":
+                setattr(block, residual, Skip())
 
-
-def _first_block_only(model):
-    model.blocks[0].attn = nn.Identity()
-    model.blocks[0].attn_residual = Skip()
-
-
-def _first_block_by_early_return(model):
-    for block in model.blocks:
-        block.attn, block.attn_residual = nn.Identity(), Skip()
-        return
-
-
-def _zeroed_projection(model):
-    with torch.no_grad():
-        for block in model.blocks:
-            block.attn.out_proj.weight.zero_()
-            block.attn.out_proj.bias.zero_()
-
-
-def _zeroed_projection_by_fill(model):
-    for block in model.blocks:
-        nn.init.zeros_(block.attn.out_proj.weight)
-        nn.init.zeros_(block.attn.out_proj.bias)
-
-
-def _removed_ffn(model):
-    for block in model.blocks:
-        block.ffn, block.ffn_residual = nn.Identity(), Skip()
+    return remove_attention
 
 
 def _removed_blocks(model):
     model.blocks = nn.ModuleList()
-
-
-def _skip_only(model):
-    for block in model.blocks:
-        block.attn_residual = Skip()
 
 
 def _all_but_last(model):
@@ -210,20 +198,21 @@ REMOVE_ATTENTION = Exercise(
                 "residual connection",
                 "The residual connection is still there: a pre-norm block then computes x + Norm(x), a post-norm one "
                 "Norm(x + x). Replace the residual connection `block.attn_residual` too, by a `Skip`, so the stream "
-                "passes unchanged.", (_attention_returns_input, _attention_is_identity)),
+                "passes unchanged.",
+                (_surgery_like(how="pass_through_in_residual"), _surgery_like(how="identity_in_residual"))),
         Mistake("first_block_only", "removed the attention of the first block only",
                 "Loop over every block of `model.blocks`, and do not `return` inside the loop.",
-                (_first_block_only, _first_block_by_early_return)),
+                (_surgery_like(blocks="first"),)),
         Mistake("zeroed_output_projection", "zeroed the attention's output projection instead of removing the attention",
                 "A zeroed layer computes nothing today but still counts in the parameters, and its gradient is not "
                 "zero: the first update grows it back. Remove the modules themselves.",
-                (_zeroed_projection, _zeroed_projection_by_fill)),
+                (_surgery_like(how="zero_projection"),)),
         Mistake("removed_ffn_instead", "removed the feed-forward network instead of the attention",
                 "The attention lives in `block.attn` and `block.attn_residual`; `block.ffn` is the other sublayer.",
-                (_removed_ffn,)),
+                (_surgery_like(sublayer="ffn"),)),
         Mistake("left_attention_parameters", "bypassed the attention but left its weights in the model",
                 "The output is right, but the attention's weights still count in the parameters (and in the ablation "
-                "table). Replace `block.attn` by `nn.Identity()` as well.", (_skip_only,)),
+                "table). Replace `block.attn` by `nn.Identity()` as well.", (_surgery_like(how="skip_only"),)),
     ),
     mutants=(
         Mutant("all_but_last", "removes the attention of every block but the last", _all_but_last),

@@ -390,38 +390,26 @@ def _repeat_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
-def _repeat_tiled(x, n_rep):
-    return x.repeat(1, n_rep, 1, 1)
+@mistake_builder
+def _repeat_like(*, order="interleave", dim=1, merge=True):
+    """A learner's repeat_kv (a new axis of n_rep copies, then merged); each keyword reproduces one way of getting it
+    wrong. ``order="tile"``: the copies go before the axis (``x.repeat``, ``torch.cat([x] * n_rep)``), so the whole
+    stack of heads is written n_rep times; ``dim``: the axis repeated, 2 (the positions) or 3 (d_head) instead of 1;
+    ``merge=False``: the new axis is expanded but not merged, a 5-D result."""
 
+    def repeat_kv(x, n_rep):
+        axis = dim % x.dim()
+        copies = axis if order == "tile" else axis + 1
+        sizes = [*x.shape]
+        sizes.insert(copies, n_rep)
+        repeated = x.unsqueeze(copies).expand(*sizes)
+        return repeated.flatten(axis, axis + 1) if merge else repeated
 
-def _repeat_concatenated(x, n_rep):
-    return torch.cat([x] * n_rep, dim=1)
-
-
-def _repeat_expanded_in_front(x, n_rep):
-    batch, n_kv_heads, seq, d_head = x.shape
-    return x[:, None].expand(batch, n_rep, n_kv_heads, seq, d_head).reshape(batch, n_rep * n_kv_heads, seq, d_head)
-
-
-def _repeat_positions(x, n_rep):
-    return x.repeat_interleave(n_rep, dim=2)
-
-
-def _repeat_positions_negative(x, n_rep):
-    return torch.repeat_interleave(x, n_rep, dim=-2)
-
-
-def _repeat_d_head(x, n_rep):
-    return x.repeat_interleave(n_rep, dim=-1)
+    return repeat_kv
 
 
 def _repeat_by_n_kv_heads(x, n_rep):
     return x.repeat_interleave(x.shape[1], dim=1)
-
-
-def _repeat_not_merged(x, n_rep):
-    batch, n_kv_heads, seq, d_head = x.shape
-    return x[:, :, None].expand(batch, n_kv_heads, n_rep, seq, d_head)
 
 
 def _repeat_groups_reversed(x, n_rep):
@@ -449,17 +437,17 @@ REPEAT_KV = Exercise(
                 "gives each key/value head n_rep consecutive query heads, [k0, k0, k1, k1], as `repeat_interleave` "
                 "does along `dim=1`. The shapes agree, so nothing raises, but a checkpoint trained "
                 "with consecutive groups (LLaMA's, Hugging Face's) pairs every query head with the wrong keys.",
-                (_repeat_tiled, _repeat_concatenated, _repeat_expanded_in_front)),
+                (_repeat_like(order="tile"),)),
         Mistake("repeated_positions", "repeated along the sequence axis instead of the head axis",
                 "The heads are axis 1 of (batch, n_kv_heads, seq, d_head); dim=2 (or -2) repeats every position, "
-                "making a sequence n_rep times longer.", (_repeat_positions, _repeat_positions_negative)),
+                "making a sequence n_rep times longer.", (_repeat_like(dim=2),)),
         Mistake("repeated_d_head", "repeated along the last axis, d_head, instead of the head axis",
                 "Each head keeps its d_head dimensions; it is the number of heads that grows: repeat along dim=1.",
-                (_repeat_d_head,)),
+                (_repeat_like(dim=3),)),
         Mistake("group_axis_not_merged", "expanded a group axis but did not merge it into the head axis",
                 "Inserting a group axis and expanding it to n_rep leaves a 5-D result; reshape it to "
                 "(batch, n_kv_heads · n_rep, seq, d_head), so that the query heads find their keys on axis 1.",
-                (_repeat_not_merged,)),
+                (_repeat_like(merge=False),)),
     ),
     mutants=(
         Mutant("groups_reversed", "gives the groups their key/value heads in reverse order", _repeat_groups_reversed),

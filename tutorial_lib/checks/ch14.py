@@ -213,52 +213,36 @@ def _loss_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
-def _per_position(logits, targets):
-    return F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (batch, seq)
+@mistake_builder
+def _mlm_loss_like(*, positions="chosen", reduce="mean", log_probs="log_softmax"):
+    """A learner's mlm_loss; each keyword reproduces one way of getting it wrong.
 
+    ``positions``: "every" (all positions) or "unchosen" (the positions not chosen). ``reduce``: "mean_over_all"
+    (the kept losses, the others zeroed, averaged over every position), "sum" or "per_sequence" (a mean within each
+    sequence, then over the sequences). ``log_probs``: "log_of_softmax" (log and softmax in two steps) or
+    "over_positions" (the log-softmax over the positions, dim=1).
+    """
 
-def _every_position(logits, targets, chosen):
-    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+    def mlm_loss(logits, targets, chosen):
+        kept = {"chosen": chosen, "every": torch.ones_like(chosen), "unchosen": ~chosen}[positions]
+        # A mean or a sum of the kept positions' losses keeps their logits first (`logits[chosen]`), as the reference
+        # does; a mask multiplies the losses of every position, and a softmax over the positions needs all of them.
+        selected_first = reduce in ("mean", "sum") and log_probs != "over_positions"
+        if selected_first:
+            logits, targets = logits[kept], targets[kept]
+        dim = 1 if log_probs == "over_positions" else -1
+        if log_probs == "log_of_softmax":  # the target's probability, then its log
+            losses = -torch.log(torch.softmax(logits, dim=dim).gather(-1, targets[..., None]).squeeze(-1))
+        else:
+            losses = -torch.log_softmax(logits, dim=dim).gather(-1, targets[..., None]).squeeze(-1)
+        if reduce in ("mean", "sum"):
+            losses = losses if selected_first else losses[kept]
+            return losses.mean() if reduce == "mean" else losses.sum()
+        if reduce == "mean_over_all":
+            return (losses * kept).mean()
+        return ((losses * kept).sum(dim=1) / kept.sum(dim=1)).mean()
 
-
-def _every_position_transposed(logits, targets, chosen):
-    return F.cross_entropy(logits.transpose(1, 2), targets)
-
-
-def _times_mask_mean(logits, targets, chosen):
-    return (_per_position(logits, targets) * chosen).mean()
-
-
-def _times_mask_over_numel(logits, targets, chosen):
-    losses = _per_position(logits, targets)
-    return (losses * chosen.float()).sum() / losses.numel()
-
-
-def _summed(logits, targets, chosen):
-    return (_per_position(logits, targets) * chosen).sum()
-
-
-def _summed_selected(logits, targets, chosen):
-    return F.cross_entropy(logits[chosen], targets[chosen], reduction="sum")
-
-
-def _unchosen(logits, targets, chosen):
-    return F.cross_entropy(logits[~chosen], targets[~chosen])
-
-
-def _per_sequence(logits, targets, chosen):
-    losses = _per_position(logits, targets) * chosen
-    return (losses.sum(dim=1) / chosen.sum(dim=1)).mean()
-
-
-def _log_of_softmax(logits, targets, chosen):
-    probs = torch.softmax(logits[chosen], dim=-1)
-    return -torch.log(probs.gather(-1, targets[chosen][:, None])).mean()
-
-
-def _softmax_over_positions(logits, targets, chosen):
-    log_probs = torch.log_softmax(logits, dim=1)
-    return -log_probs.gather(-1, targets[..., None]).squeeze(-1)[chosen].mean()
+    return mlm_loss
 
 
 def _label_smoothing(logits, targets, chosen):
@@ -289,27 +273,29 @@ MLM_LOSS = Exercise(
         Mistake("every_position", "averaged the loss over every position",
                 "Only the chosen positions are predictions: the 85% of words the model can see would teach it to copy "
                 "its input. Keep the logits and the targets at the chosen positions only.",
-                (_every_position, _every_position_transposed)),
+                (_mlm_loss_like(positions="every"),)),
         Mistake("unchosen_counted_as_zero", "zeroed the unchosen positions and averaged over all of them",
                 "Multiplying by the mask is right, but then divide by the number of chosen positions "
                 "(`chosen.sum()`), not by every position: a mean over all of them shrinks the loss by the share "
-                "chosen.", (_times_mask_mean, _times_mask_over_numel)),
+                "chosen.", (_mlm_loss_like(reduce="mean_over_all"),)),
         Mistake("summed", "summed the chosen positions' losses instead of averaging them",
                 "Average over the chosen positions (`.mean()`, or divide by `chosen.sum()`): a sum grows with the "
-                "batch and the learning rate would have to follow it.", (_summed, _summed_selected)),
+                "batch and the learning rate would have to follow it.", (_mlm_loss_like(reduce="sum"),)),
         Mistake("unchosen_positions", "took the positions that were not chosen",
                 "`chosen` is True where a token was chosen for prediction: keep the logits where it is True, not "
                 "where it is False.",
-                (_unchosen,)),
+                (_mlm_loss_like(positions="unchosen"),)),
         Mistake("mean_per_sequence", "averaged within each sequence, then over the sequences",
                 "Every chosen position weighs the same, whichever sequence it is in: one mean over all of them. Per "
-                "sequence, a sequence with no chosen position divides 0 by 0.", (_per_sequence,)),
+                "sequence, a sequence with no chosen position divides 0 by 0.",
+                (_mlm_loss_like(reduce="per_sequence"),)),
         Mistake("log_of_softmax", "took the log of the softmax in two steps",
                 "softmax rounds tiny probabilities to 0 and log(0) = -inf: use `torch.log_softmax` (or "
-                "`F.cross_entropy`), which subtracts the log-sum-exp without leaving log space.", (_log_of_softmax,)),
+                "`F.cross_entropy`), which subtracts the log-sum-exp without leaving log space.",
+                (_mlm_loss_like(log_probs="log_of_softmax"),)),
         Mistake("softmax_over_positions", "took the softmax over the positions instead of the vocabulary",
                 "Each position's logits are a distribution over the d_vocab tokens: softmax over the last axis "
-                "(`dim=-1`).", (_softmax_over_positions,)),
+                "(`dim=-1`).", (_mlm_loss_like(log_probs="over_positions"),)),
     ),
     mutants=(
         Mutant("label_smoothing", "adds label smoothing 0.1", _label_smoothing),
