@@ -39,24 +39,29 @@ def _split_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
-def _split_without_transpose(x, n_heads):
-    batch, seq, d_model = x.shape
-    return x.reshape(batch, n_heads, seq, d_model // n_heads)
+@mistake_builder
+def _split_like(*, way="view_then_swap_1_2"):
+    """A learner's split_heads. Its mistakes are other ways of writing the one reshape, so they share one keyword and
+    are never made together: "reshape_straight" (to (batch, n_heads, seq, d_head), no transpose), "heads_inner" (the
+    last axis viewed as (d_head, n_heads)), "no_transpose", "swap_1_3" (the positions swapped with d_head), or
+    "chunk_positions" (the sequence cut into n_heads chunks)."""
+
+    def split_heads(x, n_heads):
+        batch, seq, d_model = x.shape
+        d_head = d_model // n_heads
+        if way == "reshape_straight":
+            return x.reshape(batch, n_heads, seq, d_head)
+        if way == "heads_inner":  # d_head outer, heads inner: the columns of a head are strided
+            return x.view(batch, seq, d_head, n_heads).permute(0, 3, 1, 2)
+        if way == "chunk_positions":
+            return torch.stack(x.chunk(n_heads, dim=1), dim=1)
+        viewed = x.view(batch, seq, n_heads, d_head)
+        return {"no_transpose": viewed, "swap_1_3": viewed.transpose(1, 3)}.get(way, viewed.transpose(1, 2))
+
+    return split_heads
 
 
-def _split_head_axis_last(x, n_heads):  # d_head outer, heads inner: the columns of a head are strided
-    batch, seq, d_model = x.shape
-    return x.view(batch, seq, d_model // n_heads, n_heads).permute(0, 3, 1, 2)
-
-
-def _split_no_transpose_at_all(x, n_heads):
-    batch, seq, d_model = x.shape
-    return x.view(batch, seq, n_heads, d_model // n_heads)
-
-
-def _split_transposed_wrong_axes(x, n_heads):
-    batch, seq, d_model = x.shape
-    return x.view(batch, seq, n_heads, d_model // n_heads).transpose(1, 3)
+_SPLIT_STRAIGHT = _split_like(way="reshape_straight")  # one object: the multi-head forward's catalogue uses it too
 
 
 def _split_swapped_sizes(x, n_heads):  # n_heads slices of d_head written the other way round
@@ -83,19 +88,19 @@ SPLIT_HEADS = Exercise(
     mistakes=(
         Mistake("reshape_without_transpose", "reshaped straight to (batch, n_heads, seq, d_head) without a transpose",
                 "A reshape keeps the memory order, so each 'head' gets pieces of several positions: view as "
-                "(batch, seq, n_heads, d_head) first, then swap axes 1 and 2.", (_split_without_transpose,)),
+                "(batch, seq, n_heads, d_head) first, then swap axes 1 and 2.", (_SPLIT_STRAIGHT,)),
         Mistake("heads_interleaved", "split the last axis as (d_head, n_heads), so each head takes every n-th column",
                 "Head h owns a contiguous slice of d_head columns: view as (batch, seq, n_heads, d_head), heads "
-                "outer, d_head inner.", (_split_head_axis_last,)),
+                "outer, d_head inner.", (_split_like(way="heads_inner"),)),
         Mistake("missing_transpose", "left the head axis after the positions",
                 "Attention works on the last two axes (positions, d_head) of each head: swap the positions with the "
-                "heads to get (batch, n_heads, seq, d_head).", (_split_no_transpose_at_all,)),
+                "heads to get (batch, n_heads, seq, d_head).", (_split_like(way="no_transpose"),)),
         Mistake("transposed_wrong_axes", "transposed the positions with d_head instead of with the heads",
                 "Swap axes 1 and 2 of (batch, seq, n_heads, d_head), the positions and the heads, not d_head.",
-                (_split_transposed_wrong_axes,)),
+                (_split_like(way="swap_1_3"),)),
         Mistake("split_positions", "cut the sequence into n_heads chunks instead of cutting d_model",
                 "Every head sees every position with d_head of the features: split the last axis, not the positions.",
-                (_split_chunk_positions,)),
+                (_split_like(way="chunk_positions"),)),
     ),
     mutants=(
         Mutant("swapped_sizes", "views as (d_head, n_heads) and swaps axes 1 and 3", _split_swapped_sizes),
@@ -118,27 +123,29 @@ def _merge_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
-def _merge_without_transpose(z):
-    batch, n_heads, seq, d_head = z.shape
-    return z.reshape(batch, seq, n_heads * d_head)
+@mistake_builder
+def _merge_like(*, way="swap_then_reshape"):
+    """A learner's merge_heads. Its mistakes are other ways of writing the one reshape, so they share one keyword and
+    are never made together: "reshape_straight" (no transpose), "heads_inner" (d_head outer, heads inner),
+    "view_after_swap" (``view`` on the non-contiguous transpose), "sum" or "mean" of the heads."""
+
+    def merge_heads(z):
+        batch, n_heads, seq, d_head = z.shape
+        if way == "reshape_straight":
+            return z.reshape(batch, seq, n_heads * d_head)
+        if way == "heads_inner":  # column = d · n_heads + h: the heads interleaved
+            return z.permute(0, 2, 3, 1).reshape(batch, seq, n_heads * d_head)
+        if way == "view_after_swap":  # the transposed tensor is not contiguous: view refuses
+            return z.transpose(1, 2).view(batch, seq, n_heads * d_head)
+        if way in ("sum", "mean"):
+            return z.sum(dim=1) if way == "sum" else z.mean(dim=1)
+        return z.transpose(1, 2).reshape(batch, seq, n_heads * d_head)
+
+    return merge_heads
 
 
-def _merge_d_head_outer(z):  # column = d · n_heads + h: the heads interleaved
-    batch, n_heads, seq, d_head = z.shape
-    return z.permute(0, 2, 3, 1).reshape(batch, seq, n_heads * d_head)
-
-
-def _merge_with_view(z):  # the transposed tensor is not contiguous: view refuses
-    batch, n_heads, seq, d_head = z.shape
-    return z.transpose(1, 2).view(batch, seq, n_heads * d_head)
-
-
-def _merge_by_sum(z):
-    return z.sum(dim=1)
-
-
-def _merge_by_mean(z):
-    return z.mean(dim=1)
+_MERGE_STRAIGHT = _merge_like(way="reshape_straight")  # one object each: the multi-head forward's catalogue uses them
+_MERGE_HEADS_INNER = _merge_like(way="heads_inner")
 
 
 def _merge_reversed_heads(z):
@@ -160,19 +167,19 @@ MERGE_HEADS = Exercise(
     mistakes=(
         Mistake("reshape_without_transpose", "reshaped straight to (batch, seq, d_model) without a transpose",
                 "(batch, n_heads, seq, d_head) must first become (batch, seq, n_heads, d_head): swap axes 1 and 2, "
-                "then reshape.", (_merge_without_transpose,)),
+                "then reshape.", (_MERGE_STRAIGHT,)),
         Mistake("heads_interleaved", "merged the heads in the wrong order, d_head outer and heads inner",
                 "Concat puts whole heads side by side: once axes 1 and 2 are swapped the last two axes are (n_heads, "
-                "d_head), which reshape to n_heads · d_head with head 1 first.", (_merge_d_head_outer,)),
+                "d_head), which reshape to n_heads · d_head with head 1 first.", (_MERGE_HEADS_INNER,)),
         Mistake("view_after_transpose", "called `.view` on the transposed tensor",
                 "A transpose makes the tensor non-contiguous, and `view` cannot reinterpret it: use `.reshape`, or "
-                "call `contiguous()` before `view`.", (_merge_with_view,)),
+                "call `contiguous()` before `view`.", (_merge_like(way="view_after_swap"),)),
         Mistake("summed_heads", "added the heads instead of concatenating them",
                 "Concat keeps every head's d_head numbers: the output has n_heads · d_head = d_model columns.",
-                (_merge_by_sum,)),
+                (_merge_like(way="sum"),)),
         Mistake("averaged_heads", "averaged the heads instead of concatenating them",
                 "Concat keeps every head's d_head numbers: the output has n_heads · d_head = d_model columns.",
-                (_merge_by_mean,)),
+                (_merge_like(way="mean"),)),
     ),
     mutants=(
         Mutant("reversed_heads", "puts the last head first", _merge_reversed_heads),
@@ -264,11 +271,11 @@ MULTI_HEAD_FORWARD = Exercise(
                 "head axis of size 1 at position 1 (`unsqueeze`).", (_with(broadcast_mask=False),)),
         Mistake("reshape_without_transpose", "split or merged the heads with a reshape that skips the transpose",
                 "(batch, seq, d_model) -> view (batch, seq, n_heads, d_head) -> swap axes 1 and 2, and the reverse to "
-                "merge.", (_with(split=_split_without_transpose, merge=_merge_without_transpose),
-                           _with(split=_split_without_transpose), _with(merge=_merge_without_transpose))),
+                "merge.", (_with(split=_SPLIT_STRAIGHT, merge=_MERGE_STRAIGHT),
+                           _with(split=_SPLIT_STRAIGHT), _with(merge=_MERGE_STRAIGHT))),
         Mistake("heads_merged_in_the_wrong_order", "merged the heads in the wrong order",
                 "Concat puts whole heads side by side, head 1 first: transpose to (batch, seq, n_heads, d_head), then "
-                "reshape.", (_with(merge=_merge_d_head_outer),)),
+                "reshape.", (_with(merge=_MERGE_HEADS_INNER),)),
         Mistake("keys_from_the_queries", "took the keys and values from x instead of from context",
                 "In cross-attention the queries come from x, the keys and values from context: project context with "
                 "w_k and w_v.", (_with(keys_from_x=True),)),

@@ -214,32 +214,35 @@ def _residual_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
-def _residual_like(shape):
-    """A learner's residual block from a one-line recipe."""
-    recipes = {
-        "post": lambda x, norm, f: norm(x + f(x)),
-        "stream": lambda x, norm, f: norm(x) + f(norm(x)),
-        "no residual": lambda x, norm, f: f(norm(x)),
-        "norm after": lambda x, norm, f: x + norm(f(x)),
-        "no norm": lambda x, norm, f: x + f(x),
-    }
-    recipe = recipes[shape]
+@mistake_builder
+def _residual_like(*, arrangement="pre", branch="kept"):
+    """A learner's residual block; each keyword reproduces one way of getting it wrong. ``arrangement``: "pre"
+    (x + f(norm(x)): right), "post", "stream" (norm(x) + f(norm(x))), "stream_reassigned" (x = norm(x) first),
+    "no_residual", "norm_after" or "no_norm"; ``branch``: "detached" or "no_grad" cut the sublayer from the graph."""
 
     def pre_norm_residual(x, norm, sublayer):
-        return recipe(x, norm, sublayer)
+        def f(z):
+            if branch == "no_grad":
+                with torch.no_grad():
+                    return sublayer(z)
+            return sublayer(z).detach() if branch == "detached" else sublayer(z)
+
+        if arrangement == "post":
+            return norm(x + f(x))
+        if arrangement == "stream":
+            return norm(x) + f(norm(x))
+        if arrangement == "stream_reassigned":
+            x = norm(x)
+            return x + f(x)
+        if arrangement == "no_residual":
+            return f(norm(x))
+        if arrangement == "norm_after":
+            return x + norm(f(x))
+        if arrangement == "no_norm":
+            return x + f(x)
+        return x + f(norm(x))
 
     return pre_norm_residual
-
-
-def _stream_normalized_in_place(x, norm, sublayer):
-    x = norm(x)
-    return x + sublayer(x)
-
-
-def _branch_without_grad(x, norm, sublayer):
-    with torch.no_grad():
-        branch = sublayer(norm(x))
-    return x + branch
 
 
 PRE_NORM_RESIDUAL = Exercise(
@@ -256,26 +259,26 @@ PRE_NORM_RESIDUAL = Exercise(
         Mistake("post_norm", "wrote the paper's post-norm block, Norm(x + Sublayer(x))",
                 "That is §3.1's arrangement; pre-norm moves the norm inside the branch: the sublayer reads the "
                 "normalized x, and its output is added to x itself.",
-                (_residual_like("post"),)),
+                (_residual_like(arrangement="post"),)),
         Mistake("normalized_the_stream", "normalized the residual stream itself, x = Norm(x) + Sublayer(Norm(x))",
                 "Only the sublayer's input is normalized; the stream x that the branch is added to must pass unchanged, "
                 "or nothing travels from the first block to the last untouched.",
-                (_residual_like("stream"), _stream_normalized_in_place)),
+                (_residual_like(arrangement="stream"), _residual_like(arrangement="stream_reassigned"))),
         Mistake("no_residual", "left out the residual connection",
                 "Add the input back: the output is x plus the sublayer's output. Without it each block replaces the "
                 "stream.",
-                (_residual_like("no residual"),)),
+                (_residual_like(arrangement="no_residual"),)),
         Mistake("norm_after_sublayer", "normalized the sublayer's output instead of its input",
                 "Pre-norm normalizes what goes *into* the sublayer: apply `norm` to x before the sublayer, not to its "
                 "output.",
-                (_residual_like("norm after"),)),
+                (_residual_like(arrangement="norm_after"),)),
         Mistake("no_norm", "left out the norm",
                 "Apply `norm` to the sublayer's input: the sublayer reads the normalized x, not x itself.",
-                (_residual_like("no norm"),)),
+                (_residual_like(arrangement="no_norm"),)),
         Mistake("detached_branch", "detached the sublayer's output from the graph",
                 "The output is right, but no gradient reaches the sublayer or the norm, so they would never train: "
                 "drop the `.detach()` (or `torch.no_grad()`) and keep the branch in the graph.",
-                (lambda x, norm, sublayer: x + sublayer(norm(x)).detach(), _branch_without_grad)),
+                (_residual_like(branch="detached"), _residual_like(branch="no_grad"))),
     ),
     mutants=(
         Mutant("subtracted_branch", "subtracts the branch", lambda x, norm, f: x - f(norm(x))),
@@ -320,33 +323,31 @@ def _block_cases(generator: torch.Generator) -> list[Case]:
     ]
 
 
-def _block_like(shape):
-    """A learner's block, composed one of the ways it goes wrong."""
+@mistake_builder
+def _block_like(*, arrangement="pre", second_norm="norm_2", attention_residual=True, ffn_residual=True,
+                order="attention_first"):
+    """A learner's block, composed one of the ways it goes wrong: ``arrangement`` "pre" (right), "post", "parallel"
+    or "stream" (the stream itself normalized); ``second_norm="norm_1"`` (one norm for both); a residual left out;
+    ``order="ffn_first"``."""
 
     def pre_norm_block(x, attention, feed_forward, norm_1, norm_2):
-        if shape == "post":
+        ffn_norm = norm_2 if second_norm == "norm_2" else norm_1
+        if arrangement == "post":
             h = norm_1(x + attention(x))
-            return norm_2(h + feed_forward(h))
-        if shape == "one norm":
-            h = x + attention(norm_1(x))
-            return h + feed_forward(norm_1(h))
-        if shape == "parallel":
-            return x + attention(norm_1(x)) + feed_forward(norm_2(x))
-        if shape == "stream":
+            return ffn_norm(h + feed_forward(h))
+        if arrangement == "parallel":
+            return x + attention(norm_1(x)) + feed_forward(ffn_norm(x))
+        if arrangement == "stream":
             x = norm_1(x)
             x = x + attention(x)
-            x = norm_2(x)
+            x = ffn_norm(x)
             return x + feed_forward(x)
-        if shape == "no ffn residual":
-            h = x + attention(norm_1(x))
-            return feed_forward(norm_2(h))
-        if shape == "no attention residual":
-            h = attention(norm_1(x))
-            return h + feed_forward(norm_2(h))
-        if shape == "ffn first":
-            h = x + feed_forward(norm_2(x))
-            return h + attention(norm_1(h))
-        raise AssertionError(shape)
+        steps = [(attention, norm_1, attention_residual), (feed_forward, ffn_norm, ffn_residual)]
+        if order == "ffn_first":
+            steps.reverse()
+        for sublayer, norm, residual in steps:
+            x = x + sublayer(norm(x)) if residual else sublayer(norm(x))
+        return x
 
     return pre_norm_block
 
@@ -376,28 +377,28 @@ PRE_NORM_BLOCK = Exercise(
                 "That is §3.1's arrangement; pre-norm puts each norm on its sublayer's input and leaves the stream "
                 "alone: attention reads x through `norm_1` and adds to x, then the feed-forward network reads that sum "
                 "through `norm_2` and adds to it.",
-                (_block_like("post"),)),
+                (_block_like(arrangement="post"),)),
         Mistake("one_norm_for_both", "normalized the feed-forward network's input with norm_1, the attention's norm",
                 "Each sublayer has its own norm with its own γ and β: the feed-forward network reads its input through "
                 "`norm_2`.",
-                (_block_like("one norm"),)),
+                (_block_like(second_norm="norm_1"),)),
         Mistake("parallel_branches", "fed both sublayers the block's input x, so the feed-forward network never sees "
                                      "what attention added",
                 "The two residuals are in series: first attention adds to x, then the feed-forward network reads that "
                 "sum through `norm_2`. (Reading x in both is GPT-J's *parallel* block, a different model.)",
-                (_block_like("parallel"),)),
+                (_block_like(arrangement="parallel"),)),
         Mistake("normalized_the_stream", "normalized the residual stream itself before each sublayer",
                 "Keep the normalized copy for the sublayer only: attention's output is added to x itself. Replacing x by "
                 "its normalized copy "
                 "takes away the untouched path that makes deep stacks trainable.",
-                (_block_like("stream"),)),
+                (_block_like(arrangement="stream"),)),
         Mistake("dropped_a_residual", "left out one of the two residual connections",
                 "Both sublayers add to the stream: attention's output to x, and the feed-forward network's output to "
                 "that sum.",
-                (_block_like("no ffn residual"), _block_like("no attention residual"))),
+                (_block_like(ffn_residual=False), _block_like(attention_residual=False))),
         Mistake("feed_forward_first", "applied the feed-forward network before attention",
                 "A block mixes positions first, then works on each position: attention, then the feed-forward network.",
-                (_block_like("ffn first"),)),
+                (_block_like(order="ffn_first"),)),
     ),
     mutants=(
         Mutant("no_norms", "uses neither norm", _block_without_norms),

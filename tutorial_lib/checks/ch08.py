@@ -115,28 +115,27 @@ def _count_call(obj, args):
     return obj(args[0].build())
 
 
-def _summed_state_dict(model):
-    return sum(tensor.numel() for tensor in model.state_dict().values())
+@mistake_builder
+def _count_like(*, source="parameters", buffers=False, trainable_only=False, counted="numbers"):
+    """A learner's count_parameters; each keyword reproduces one way of getting it wrong. ``source``: the tensors
+    counted, "parameters" (right), "state_dict", "with_repeats" (``named_parameters(remove_duplicate=False)``) or
+    "per_module" (each module's own, so a shared matrix twice); ``buffers=True`` adds the buffers;
+    ``trainable_only=True`` skips frozen parameters; ``counted="tensors"`` counts tensors, not numbers."""
 
+    def count_parameters(model):
+        tensors = {
+            "parameters": lambda: list(model.parameters()),
+            "state_dict": lambda: list(model.state_dict().values()),
+            "with_repeats": lambda: [p for _, p in model.named_parameters(remove_duplicate=False)],
+            "per_module": lambda: [p for module in model.modules() for p in module.parameters(recurse=False)],
+        }[source]()
+        if trainable_only:
+            tensors = [t for t in tensors if t.requires_grad]
+        if buffers:
+            tensors += list(model.buffers())
+        return len(tensors) if counted == "tensors" else sum(t.numel() for t in tensors)
 
-def _named_parameters_with_repeats(model):
-    return sum(p.numel() for _, p in model.named_parameters(remove_duplicate=False))
-
-
-def _per_module(model):
-    return sum(p.numel() for module in model.modules() for p in module.parameters(recurse=False))
-
-
-def _with_buffers(model):
-    return sum(p.numel() for p in model.parameters()) + sum(b.numel() for b in model.buffers())
-
-
-def _trainable_only(model):
-    return sum(p.numel() for p in model.parameters() if p.requires_grad)
-
-
-def _number_of_tensors(model):
-    return len(list(model.parameters()))
+    return count_parameters
 
 
 def _non_embedding(model):  # the "non-embedding" count of scaling-law papers, not the model's size
@@ -167,22 +166,22 @@ COUNT_PARAMETERS = Exercise(
         Mistake("summed_state_dict", "summed over `model.state_dict()`",
                 "The state dict lists a tied matrix under each of its names and holds buffers (BatchNorm's running "
                 "statistics) that are not parameters: sum over `model.parameters()` instead.",
-                (_summed_state_dict,)),
+                (_count_like(source="state_dict"),)),
         Mistake("counted_tied_matrix_twice", "counted the tied embedding matrix twice",
                 "`model.parameters()` (and `named_parameters()` with its default `remove_duplicate=True`) yields "
                 "a parameter shared by two modules once; going module by module, or with "
                 "`remove_duplicate=False`, counts it for each module that holds it.",
-                (_named_parameters_with_repeats, _per_module)),
+                (_count_like(source="with_repeats"), _count_like(source="per_module"))),
         Mistake("counted_buffers", "counted the buffers as well",
                 "Buffers (`model.buffers()`: BatchNorm's running statistics, a fixed sinusoidal table) are state, "
-                "not parameters: nothing trains them. Count `model.parameters()` only.", (_with_buffers,)),
+                "not parameters: nothing trains them. Count `model.parameters()` only.", (_count_like(buffers=True),)),
         Mistake("trainable_only", "counted only the parameters that require gradients",
                 "A frozen parameter (`requires_grad=False`) is still a parameter of the model: count every one.",
-                (_trainable_only,)),
+                (_count_like(trainable_only=True),)),
         Mistake("counted_tensors", "counted the parameter tensors instead of the numbers in them",
                 "The length of the list of `model.parameters()` is the number of tensors; add up each tensor's "
                 "`numel()` instead.",
-                (_number_of_tensors,)),
+                (_count_like(counted="tensors"),)),
     ),
     mutants=(
         Mutant("non_embedding", "leaves out the token embedding (the scaling-law papers' count)", _non_embedding),
