@@ -42,6 +42,11 @@ def _attention_cases(generator: torch.Generator) -> list[Case]:
         Case.of(q=randn(2, 2, 4, 8, dtype=torch.float64), k=randn(2, 2, 4, 8, dtype=torch.float64),
                 v=randn(2, 2, 4, 8, dtype=torch.float64), mask=left_padded,
                 note="causal mask and left padding: two query rows see no key at all"),
+        # batch = seq = d_head again, now with d_value ≠ d_head and a mask that empties some query rows: every wrong
+        # transpose of k runs here, so a masking or scaling mistake made with it still shows.
+        Case.of(q=randn(4, 4, 4), k=randn(4, 4, 4), v=randn(4, 4, 6),
+                mask=reference.causal_mask(4) & (torch.arange(4) >= torch.tensor([0, 2, 1, 3])[:, None])[:, None, :],
+                note="batch = seq = d_head, d_value ≠ d_head, causal mask and left padding"),
     ]
 
 

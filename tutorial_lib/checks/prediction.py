@@ -123,6 +123,7 @@ def check_as_recorded(exercise_id: str, learner: Any, **kwargs: Any) -> Any:
     answers to one prediction in turn. Not for a notebook, whose records are the evidence."""
     from tutorial_lib.checks.core import check
 
+    get_exercise(exercise_id)  # loads the chapter's module, whose declarations fill the registry is_prediction reads
     if is_prediction(exercise_id):
         try:
             value = learner()
