@@ -69,10 +69,6 @@ def _split_swapped_sizes(x, n_heads):  # n_heads slices of d_head written the ot
     return x.view(batch, seq, d_model // n_heads, n_heads).transpose(1, 3)
 
 
-def _split_chunk_positions(x, n_heads):
-    return torch.stack(x.chunk(n_heads, dim=1), dim=1)
-
-
 def _split_in_float64(x, n_heads):
     return split_heads(x.double(), n_heads)
 

@@ -328,25 +328,26 @@ def _block_like(*, arrangement="pre", second_norm="norm_2", attention_residual=T
                 order="attention_first"):
     """A learner's block, composed one of the ways it goes wrong: ``arrangement`` "pre" (right), "post", "parallel"
     or "stream" (the stream itself normalized); ``second_norm="norm_1"`` (one norm for both); a residual left out;
-    ``order="ffn_first"``."""
+    ``order="ffn_first"``. Every arrangement takes the other keywords, so that two mistakes make one block."""
 
     def pre_norm_block(x, attention, feed_forward, norm_1, norm_2):
         ffn_norm = norm_2 if second_norm == "norm_2" else norm_1
-        if arrangement == "post":
-            h = norm_1(x + attention(x))
-            return ffn_norm(h + feed_forward(h))
-        if arrangement == "parallel":
-            return x + attention(norm_1(x)) + feed_forward(ffn_norm(x))
-        if arrangement == "stream":
-            x = norm_1(x)
-            x = x + attention(x)
-            x = ffn_norm(x)
-            return x + feed_forward(x)
         steps = [(attention, norm_1, attention_residual), (feed_forward, ffn_norm, ffn_residual)]
         if order == "ffn_first":
             steps.reverse()
+        if arrangement == "parallel":  # both sublayers read x; a residual left out drops x from the one sum
+            (first, norm_a, _), (second, norm_b, _) = steps
+            if attention_residual and ffn_residual:
+                return x + first(norm_a(x)) + second(norm_b(x))
+            return first(norm_a(x)) + second(norm_b(x))
         for sublayer, norm, residual in steps:
-            x = x + sublayer(norm(x)) if residual else sublayer(norm(x))
+            if arrangement == "post":
+                x = norm(x + sublayer(x) if residual else sublayer(x))
+            elif arrangement == "stream":
+                x = norm(x)
+                x = x + sublayer(x) if residual else sublayer(x)
+            else:
+                x = x + sublayer(norm(x)) if residual else sublayer(norm(x))
         return x
 
     return pre_norm_block
