@@ -20,6 +20,7 @@ import nbformat
 import pytest
 
 from tutorial_lib.checks import get_exercise
+from tutorial_lib.checks.prediction import check_as_recorded
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = [f"{n:02d}" for n in range(1, 15)]
@@ -125,6 +126,28 @@ MEASURED_PREDICTIONS = {
     "14": "14.predict_pairs_without_label",  # pre-training pairs left without a label by the masking
     "15": "15.predict_ring_bytes",  # the bytes the ring all-reduce sends per rank, counted on its messages
 }
+
+
+@pytest.mark.parametrize("chapter", sorted(MEASURED_PREDICTIONS))
+def test_a_prediction_that_runs_its_own_measurement_scores_nothing(chapter):
+    exercise = get_exercise(MEASURED_PREDICTIONS[chapter])
+
+    def measured_not_predicted():  # the measurement, run by the prediction: the number is right, the work is not done
+        return exercise.reference()
+
+    result = check_as_recorded(exercise.id, measured_not_predicted)
+    assert result.kind == "calls_the_work" and result.points == 0, result.verdict
+
+
+def test_a_prediction_that_runs_the_measuring_function_by_name_scores_nothing():
+    from tutorial_lib.checks.ch06 import pre_norm_stream_lengths
+
+    def predicted_deep_stream():
+        return pre_norm_stream_lengths()[-1].item()
+
+    result = check_as_recorded("06.predict_deep_stream", predicted_deep_stream)
+    assert result.kind == "calls_the_work" and result.points == 0
+    assert "runs `pre_norm_stream_lengths` from `tutorial_lib.checks.ch06`" in result.verdict
 
 
 @pytest.mark.parametrize("chapter", sorted(MEASURED_PREDICTIONS))

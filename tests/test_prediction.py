@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tutorial_lib.checks import check, record_prediction
-from tutorial_lib.checks.core import graded_cell, register
+from tutorial_lib.checks.core import get_exercise, graded_cell, register
 from tutorial_lib.checks.prediction import (
     Misconception,
     first_record,
@@ -121,6 +121,29 @@ def test_a_prediction_changed_after_the_measurement_scores_zero(capsys):
     assert "1 was recorded before the measurement was shown" in result.verdict
     # a restarted kernel reads the same record file, so a restart does not forget the first prediction
     assert first_record("98.predict_demo") == 1.0
+
+
+def _runs_the_package():
+    from tutorial_lib.stats import t_quantile
+
+    return 60 + 0 * t_quantile(0.975, 3)  # a number near the measurement, computed through the package
+
+
+def test_a_prediction_that_runs_the_package_is_refused_by_the_check(predict):
+    result = predict("98.predict_demo", _runs_the_package)
+    assert result.kind == "calls_the_work" and result.points == 0
+    assert "Your prediction runs `t_quantile` from `tutorial_lib.stats`" in result.verdict
+    measurement = get_exercise("98.predict_demo").reference
+    result = predict("98.predict_demo", lambda: measurement())  # the measurement itself
+    assert result.kind == "calls_the_work" and "`measurement` from `tutorial_lib.checks.prediction`" in result.verdict
+
+
+def test_a_prediction_that_runs_the_package_is_not_recorded_and_the_measurement_not_shown(capsys):
+    assert not record_prediction("98.predict_demo", _runs_the_package)
+    assert "Nothing recorded: _runs_the_package() runs `t_quantile` from `tutorial_lib.stats`" in capsys.readouterr().out
+    assert first_record("98.predict_demo") is None
+    assert record_prediction("98.predict_demo", _answer(60))  # plain arithmetic is recorded, and graded
+    assert check("98.predict_demo", _answer(60)).passed
 
 
 def test_an_unknown_or_non_prediction_exercise_cannot_be_recorded():

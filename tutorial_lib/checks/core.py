@@ -196,6 +196,8 @@ class Exercise:
     # What does the exercise's work for the learner (tutorial_lib.checks.tracing): the package's implementations and
     # torch's functions and modules that an answer may not call (the reference too, when it is the package's own).
     forbidden: tuple[Any, ...] = ()
+    # Whole packages an answer may not call into (a prediction: ``("tutorial_lib",)``, where its measurement lives).
+    forbidden_modules: tuple[str, ...] = ()
     # Refuses an answer before it is run: returns ``(kind, body, reason)`` for a verdict, or None to go on (a
     # prediction whose record, made before the measurement was shown, is missing or differs from the answer).
     precondition: Callable[[Any], tuple[str, str, str] | None] | None = None
@@ -227,8 +229,9 @@ class Exercise:
         """The callees an answer may not call, compiled once: the reference (the package's function, or the one the
         checks write out) and ``forbidden``."""
         kept = self.__dict__.get("_traced")
-        if kept is None or kept[0] != (self.reference, self.forbidden):
-            kept = ((self.reference, self.forbidden), Forbidden((self.reference, *self.forbidden)))
+        key = (self.reference, self.forbidden, self.forbidden_modules)
+        if kept is None or kept[0] != key:
+            kept = (key, Forbidden((self.reference, *self.forbidden), self.forbidden_modules))
             object.__setattr__(self, "_traced", kept)  # on the (frozen) exercise, as its outcomes are
         return kept[1]
 
@@ -659,7 +662,12 @@ FOLDED_HINTS = ("The hints folded under the exercise in its notebook lead to the
                 "want them.")
 
 
-def _called_verdict(callee: str) -> _Verdict:
+def _called_verdict(exercise: Exercise, callee: str) -> _Verdict:
+    if exercise.on_pass is not None:  # a prediction
+        return _Verdict("calls_the_work",
+                        f"Your prediction runs {callee}: a prediction is worked out before the measurement, not "
+                        f"computed by running the package's code. Return the number you expect; plain arithmetic and "
+                        f"`math` are all a prediction needs.", f"runs {callee}")
     return _Verdict("calls_the_work",
                     f"Your answer calls {callee}, which does what this exercise asks you to build. Write that part "
                     f"yourself: the tensor operations the chapter uses, and your own answers to earlier exercises, are "
@@ -688,7 +696,7 @@ def _judge(exercise: Exercise, obj: Any, time_limit: float) -> _Verdict:
         got = run_learner(exercise.run, obj, case.args, calls_directly=exercise.call is None, time_limit=time_limit,
                           wrapper=exercise.call, forbidden=exercise.traced)
         if got.called is not None:
-            return _called_verdict(got.called)
+            return _called_verdict(exercise, got.called)
         if index == 0 and got.raised_by_learner and isinstance(got.error, NotImplementedError):
             return _Verdict(
                 "not_attempted",
@@ -715,7 +723,7 @@ def _judge(exercise: Exercise, obj: Any, time_limit: float) -> _Verdict:
             got = run_learner(run, obj, case.args, calls_directly=False, time_limit=time_limit, wrapper=exercise.call,
                               forbidden=exercise.traced)
             if got.called is not None:
-                return _called_verdict(got.called)
+                return _called_verdict(exercise, got.called)
             if got.timed_out:
                 return _Verdict("too_slow", f"On {case.describe()}, differentiating the output did not finish within "
                                             f"{time_limit:g} s.", f"its gradient did not finish within {time_limit:g} s")

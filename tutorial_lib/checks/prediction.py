@@ -16,6 +16,10 @@ an answer that differs from it (changed after the measurement was printed) score
 the kernel; the grader starts its own from the records the submitted notebook's outputs show
 (:func:`shown_records`), so a prediction changed after its measurement scores 0 there too.
 
+**Worked out, not run.** A prediction's function may call nothing of ``tutorial_lib`` (:data:`NOT_IN_A_PREDICTION`):
+one that runs the measurement, or the models and helpers it is made of, is not recorded, and its check scores 0 with
+the verdict ``calls_the_work`` naming what it ran (traced as any answer is, :mod:`tutorial_lib.checks.tracing`).
+
 A prediction within a factor of ``within`` of the measurement is right; otherwise the verdict says by how much it
 missed, and when the prediction is near a catalogued misconception (the value a common wrong model of the chapter
 predicts: "the variance does not grow", "√d_k instead of d_k") it names that misconception and explains it. The
@@ -44,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, get_exercise, graded_secret
+from tutorial_lib.checks.tracing import CallTrace, Forbidden
 
 PREDICTIONS_ENV = "TUTORIAL_LIB_PREDICTIONS"  # where the records are kept; default: the notebook's folder
 RECORDS_FILE = ".tutorial_lib_predictions.json"
@@ -51,6 +56,9 @@ RECORDS_FILE = ".tutorial_lib_predictions.json"
 _RECORDED = "Prediction recorded before the measurement"
 _RECORDED_LINE = re.compile(rf"{_RECORDED} \((\d\d\.[a-z0-9_]+)\): (\S+?)\.?$", re.MULTILINE)
 _PREDICTION_IDS: set[str] = set()
+# A prediction that runs the package (its measurement, or the models and helpers the measurement is made of) is a
+# measurement, not a prediction: its function may call nothing defined in these packages.
+NOT_IN_A_PREDICTION = ("tutorial_lib",)
 
 
 @dataclass(frozen=True)
@@ -174,8 +182,9 @@ def record_prediction(exercise_id: str, predicted: Callable[[], Any]) -> bool:
         print(f"record_prediction expects your prediction function, got {type(predicted).__name__}: nothing "
               f"recorded, and the measurement is not shown.")
         return False
+    trace = CallTrace(Forbidden((), NOT_IN_A_PREDICTION))
     try:
-        value = _number(predicted())
+        value = _number(trace.run(predicted))
     except NotImplementedError:
         print(f"Write your prediction in {name}() first, then run this cell again: the measurement is shown once "
               f"your prediction is recorded.")
@@ -186,6 +195,11 @@ def record_prediction(exercise_id: str, predicted: Callable[[], Any]) -> bool:
     except Exception as error:  # the learner's function is broken: say how, as a check would
         print(f"Nothing recorded: {name}() raised {type(error).__name__}: {error}. The measurement is shown once "
               f"your prediction is recorded.")
+        return False
+    if trace.hit is not None:
+        print(f"Nothing recorded: {name}() runs {trace.hit}, and a prediction is worked out before the measurement, "
+              f"not computed by running the package's code. Return the number you expect (plain arithmetic and "
+              f"`math` are all it needs); the measurement is shown once your prediction is recorded.")
         return False
     first = first_record(exercise_id)
     if first is None:
@@ -308,6 +322,7 @@ def predict_number(
         tolerance=(0.0, 0.0),
         on_pass=on_pass,
         precondition=recorded_first,
+        forbidden_modules=NOT_IN_A_PREDICTION,
     )
 
 

@@ -88,11 +88,14 @@ def describe_callee(obj: Any) -> str:
 
 class Forbidden:
     """Callees that do an exercise's work, compiled once: code objects (functions, every method of a class) and
-    built-ins (looked up by identity), each with the description a verdict gives."""
+    built-ins (looked up by identity), each with the description a verdict gives; and whole packages (``modules``:
+    ``("tutorial_lib",)``), every function defined in them (a prediction may not run the package's measurement, nor
+    the models and helpers it is made of)."""
 
-    def __init__(self, callees: Iterable[Any]) -> None:
+    def __init__(self, callees: Iterable[Any], modules: Iterable[str] = ()) -> None:
         self.codes: dict[CodeType, str] = {}
         self.builtins: dict[Any, str] = {}
+        self.modules = tuple(modules)
         for callee in callees:
             codes = callee_codes(callee)
             if codes:
@@ -103,7 +106,11 @@ class Forbidden:
                 raise ValueError(f"a forbidden callee must be a function, a class or a built-in, got {callee!r}")
 
     def __bool__(self) -> bool:
-        return bool(self.codes or self.builtins)
+        return bool(self.codes or self.builtins or self.modules)
+
+    def in_modules(self, module: str) -> bool:
+        """Whether a function defined in ``module`` (a frame's ``__name__``) lies in one of the forbidden packages."""
+        return any(module == prefix or module.startswith(prefix + ".") for prefix in self.modules)
 
 
 class CallTrace:
@@ -116,6 +123,7 @@ class CallTrace:
     """
 
     def __init__(self, forbidden: Forbidden, learner_codes: Iterable[CodeType] = ()) -> None:
+        self.forbidden = forbidden
         self.codes = forbidden.codes
         self.builtins = forbidden.builtins
         self.learner_codes = frozenset(learner_codes)
@@ -136,7 +144,12 @@ class CallTrace:
         if self.hit is not None:
             return
         if event == "call":
-            label = self.codes.get(frame.f_code)
+            code = frame.f_code
+            label = self.codes.get(code)
+            if label is None and self.forbidden.modules and code not in self.learner_codes:
+                module = frame.f_globals.get("__name__") or ""
+                if self.forbidden.in_modules(module):
+                    label = f"`{code.co_qualname}` from `{module}`"
             if label is not None and self._from_learner(frame.f_back):
                 self.hit = label
         elif event == "c_call":
