@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tutorial_lib import stats
-from tutorial_lib.stats import compare_paired, over_seeds, summarise, t_cdf, t_quantile
+from tutorial_lib.stats import PairedComparison, compare_paired, holm, over_seeds, summarise, t_cdf, t_quantile
 
 # scipy.stats.t.ppf(p, df), scipy 1.x
 T_PPF = {
@@ -48,6 +48,59 @@ def test_paired_comparison_equals_scipys_paired_t_test():
     assert comparison.n == 5 and comparison.difference == pytest.approx(-0.0116, abs=1e-12)
     assert comparison.describe() == "Δ = -0.012 ± 0.004 (95% CI, 5 paired seeds)"
     assert comparison.verdict() == "better" and comparison.verdict(lower_is_better=False) == "worse"
+
+
+# Student's sleep data (R's `sleep`): extra hours of sleep of ten patients under each of two drugs.
+DRUG_1 = [0.7, -1.6, -0.2, -1.2, -0.1, 3.4, 3.7, 0.8, 0.0, 2.0]
+DRUG_2 = [1.9, 0.8, 1.1, 0.1, -0.1, 4.4, 5.5, 1.6, 4.6, 3.4]
+
+
+def test_p_value_and_correlation_equal_rs_paired_t_test():
+    comparison = compare_paired(DRUG_1, DRUG_2)
+    # R: t.test(DRUG_2, DRUG_1, paired = TRUE): t = 4.0621, df = 9, p-value = 0.002833, 95% CI 0.7001142 2.4598858
+    assert comparison.t == pytest.approx(4.0621, abs=1e-4) and comparison.p_value == pytest.approx(0.002833, abs=1e-6)
+    assert (comparison.low, comparison.high) == pytest.approx((0.7001142, 2.4598858), abs=1e-7)
+    # R: cor(DRUG_1, DRUG_2) = 0.7951702
+    assert comparison.correlation == pytest.approx(0.7951702, abs=1e-7)
+    assert compare_paired([1.0, 2.0, 3.0], [1.5, 2.5, 3.5]).p_value == 0.0  # identical differences: t is infinite
+
+
+def test_an_interval_that_holds_zero_says_what_it_rules_out():
+    comparison = compare_paired([2.0, 2.1, 1.9], [2.05, 2.0, 1.95])
+    assert comparison.not_ruled_out() == (f"rules out a gain larger than {-comparison.low:.3f} and a loss larger "
+                                          f"than {comparison.high:.3f}")
+    higher = comparison.not_ruled_out(lower_is_better=False, digits=2)
+    assert higher == f"rules out a gain larger than {comparison.high:.2f} and a loss larger than {-comparison.low:.2f}"
+
+
+def _with_p(p: float, difference: float = 0.1, n: int = 5) -> PairedComparison:
+    """A comparison whose two-sided p-value is ``p``."""
+    t = t_quantile(1 - p / 2, n - 1) * (1 if difference > 0 else -1)
+    margin = t_quantile(0.975, n - 1) * difference / t
+    return PairedComparison(difference, difference - abs(margin), difference + abs(margin), t, n, 0.95)
+
+
+def test_holm_adjusts_step_down_as_its_definition_says():
+    family = {"a": _with_p(0.01), "b": _with_p(0.04), "c": _with_p(0.03, -0.1), "d": _with_p(0.005)}
+    judged = holm(family)
+    # sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1 = 0.02, 0.03, 0.06, 0.04; carried forward: 0.02, 0.03, 0.06, 0.06
+    assert {name: round(v.adjusted_p, 10) for name, v in judged.items()} == {"a": 0.03, "b": 0.06, "c": 0.06, "d": 0.02}
+    assert {name: v.verdict for name, v in judged.items()} == {
+        "a": "worse", "b": "no difference detected at n = 5 (Holm, family of 4)",
+        "c": "no difference detected at n = 5 (Holm, family of 4)", "d": "worse"}
+    assert holm({"c": _with_p(0.03, -0.1)})["c"].verdict == "better"  # alone, as compare_paired's interval says
+    assert holm({"a": _with_p(0.01)}, lower_is_better=False)["a"].verdict == "better"
+
+
+def test_holm_on_chapter_11s_kind_of_table_calls_only_what_survives_the_family():
+    """Four large effects at n = 3 and three small ones each under 0.05 alone: in a family of 9, Holm keeps the four."""
+    family = {name: _with_p(p, n=3) for name, p in [("no_norm", 0.0016), ("no_ffn", 0.002), ("no_residuals", 0.0021),
+                                                    ("no_causal_mask", 0.0027), ("no_warmup", 0.012),
+                                                    ("no_positions", 0.014), ("post_norm", 0.027), ("no_scaling", 0.032),
+                                                    ("one_head", 0.3)]}
+    called = {name for name, v in holm(family).items() if v.verdict == "worse"}
+    assert called == {"no_norm", "no_ffn", "no_residuals", "no_causal_mask"}
+    assert all(v.p_value < 0.05 for name, v in holm(family).items() if name in {"no_warmup", "no_positions", "post_norm"})
 
 
 def test_an_interval_that_holds_zero_is_no_verdict():
@@ -93,6 +146,9 @@ def test_over_seeds_runs_each_seed_in_order():
         (lambda: t_quantile(1.0, 3), "p must be"),
         (lambda: t_quantile(0.9, 0), "df must be"),
         (lambda: over_seeds(lambda seed: 1.0, []), "seeds must be"),
+        (lambda: holm({}), "non-empty dict"),
+        (lambda: holm({"a": 0.01}), "compare_paired's results"),
+        (lambda: holm({"a": _with_p(0.01)}, alpha=5), "alpha"),
     ],
 )
 def test_bad_input_is_named(call, message, without_annotation_checks):
