@@ -2,7 +2,7 @@
 `no_warmup`) and says "better", "worse" or "no difference detected" must say what the table printed for that row.
 
 A chapter's verdict table is found by the code that prints it (``TABLES``); its printed lines read
-``<row> ... Δ = ... (95% CI, N paired seeds) <verdict>``. The prose of the whole chapter is checked, sentence by
+``<row> <verdict> ...``, the first block of lines that do. The prose of the whole chapter is checked, sentence by
 sentence, against those verdicts, and every row of the table must be named with its verdict somewhere.
 """
 
@@ -17,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 # chapter notebook -> a piece of the source of the cell that prints its verdict table
 TABLES = {"11_what_if_we_remove_it.ipynb": "family = holm("}
-ROW_LINE = re.compile(r"^(\w+)\s+.*\(\d+% CI, \d+ paired seeds\)\s+(\S.*?)\s*$", re.MULTILINE)
+ROW_LINE = re.compile(r"^(\w+) +(better|worse|no difference detected)\b", re.MULTILINE | re.IGNORECASE)
 VERDICT_WORDS = re.compile(r"\b(better|worse|no difference detected)\b", re.IGNORECASE)
 SENTENCE_END = re.compile(r"(?<=[.!?:;])\s+(?=[A-Z*`(])|\n\s*[-*] ")
 
@@ -27,12 +27,8 @@ def printed_verdicts(path: Path, marker: str) -> dict[str, str]:
     notebook = nbformat.read(path, as_version=4)
     (cell,) = [c for c in notebook.cells if c.cell_type == "code" and marker in c.source]
     text = "".join(output.get("text", "") for output in cell.get("outputs", []))
-    verdicts = {}
-    for row, verdict in ROW_LINE.findall(text):
-        word = VERDICT_WORDS.match(verdict)
-        assert word, f"{path.name}: the table printed {verdict!r} for {row}, not a verdict"
-        verdicts[row] = word.group(1).lower()
-    return verdicts
+    first_block = text.split("\n\n")[0]  # the table; other blocks may repeat the rows with unadjusted verdicts
+    return {row: verdict.lower() for row, verdict in ROW_LINE.findall(first_block)}
 
 
 def sentences(path: Path) -> list[str]:
