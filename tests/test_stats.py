@@ -8,7 +8,16 @@ import numpy as np
 import pytest
 
 from tutorial_lib import stats
-from tutorial_lib.stats import PairedComparison, compare_paired, holm, over_seeds, summarise, t_cdf, t_quantile
+from tutorial_lib.stats import (
+    PairedComparison,
+    compare_paired,
+    holm,
+    mcnemar,
+    over_seeds,
+    summarise,
+    t_cdf,
+    t_quantile,
+)
 
 # scipy.stats.t.ppf(p, df), scipy 1.x
 T_PPF = {
@@ -103,6 +112,16 @@ def test_holm_on_chapter_11s_kind_of_table_calls_only_what_survives_the_family()
     assert all(v.p_value < 0.05 for name, v in holm(family).items() if name in {"no_warmup", "no_positions", "post_norm"})
 
 
+def test_mcnemar_is_the_exact_binomial_test_of_the_disagreements():
+    assert mcnemar(3, 0).p_value == 0.25  # 2 · 0.5^3
+    assert mcnemar(0, 10).p_value == 2 * 0.5**10 and mcnemar(0, 10).verdict() == "worse"
+    assert mcnemar(10, 0).verdict() == "better"
+    assert mcnemar(5, 5).p_value == 1.0 and mcnemar(0, 0).p_value == 1.0
+    # 2 · P(X ≤ 1) for X ~ Binomial(6, 1/2) = 2 · 7/64
+    assert mcnemar(5, 1).p_value == pytest.approx(14 / 64, abs=1e-15)
+    assert mcnemar(33, 28).verdict() == "no difference detected (33 against 28)"
+
+
 def test_an_interval_that_holds_zero_is_no_verdict():
     comparison = compare_paired([2.0, 2.1, 1.9], [2.05, 2.0, 1.95])
     assert comparison.low < 0 < comparison.high
@@ -147,6 +166,8 @@ def test_over_seeds_runs_each_seed_in_order():
         (lambda: t_quantile(0.9, 0), "df must be"),
         (lambda: over_seeds(lambda seed: 1.0, []), "seeds must be"),
         (lambda: holm({}), "non-empty dict"),
+        (lambda: mcnemar(-1, 2), "only_b must be a count"),
+        (lambda: mcnemar(1, 2.5), "only_a must be a count"),
         (lambda: holm({"a": 0.01}), "compare_paired's results"),
         (lambda: holm({"a": _with_p(0.01)}, alpha=5), "alpha"),
     ],

@@ -178,6 +178,34 @@ def holm(comparisons: dict[str, PairedComparison], *, lower_is_better: bool = Tr
     return verdicts
 
 
+@dataclass(frozen=True)
+class PairedCounts:
+    """Two methods scored right or wrong on the same items: the items only B gets right, those only A gets right, and
+    McNemar's exact test of whether either wins more of them than a coin would give it."""
+
+    only_b: int
+    only_a: int
+    p_value: float
+
+    def verdict(self, *, alpha: float = 0.05) -> str:
+        """``"better"`` (B wins more of the items where they disagree), ``"worse"``, or ``"no difference detected"``."""
+        if self.p_value >= alpha:
+            return f"no difference detected ({self.only_b} against {self.only_a})"
+        return "better" if self.only_b > self.only_a else "worse"
+
+
+def mcnemar(only_b: int, only_a: int) -> PairedCounts:
+    """McNemar's exact test on paired right/wrong outcomes: only the items where A and B disagree count, and under no
+    difference each of them is a fair coin's toss; the two-sided p-value is twice the binomial tail of the smaller
+    count, capped at 1 (``mcnemar(3, 0).p_value`` = 2 · 0.5³ = 0.25)."""
+    for name, count in (("only_b", only_b), ("only_a", only_a)):
+        if isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 0:
+            raise ValueError(f"{name} must be a count of items (an int >= 0), got {count!r}")
+    n, smaller = only_b + only_a, min(only_b, only_a)
+    tail = sum(math.comb(n, k) for k in range(smaller + 1)) / 2**n if n else 1.0
+    return PairedCounts(int(only_b), int(only_a), min(1.0, 2 * tail))
+
+
 def t_quantile(p: float, df: int) -> float:
     """The ``p`` quantile of Student's t distribution with ``df`` degrees of freedom (``t_quantile(0.975, 4)`` =
     2.776: a 95% interval from 5 values is ±2.776 standard errors, not ±1.96)."""
