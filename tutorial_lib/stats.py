@@ -139,13 +139,16 @@ def _correlation(a: list[float], b: list[float]) -> float:
 
 @dataclass(frozen=True)
 class FamilyVerdict:
-    """One comparison of a family judged by :func:`holm`: its own p-value, the Holm-adjusted one and the verdict."""
+    """One comparison of a family judged by :func:`holm`: the comparison, its Holm-adjusted p-value and the verdict."""
 
-    name: str
     comparison: PairedComparison
-    p_value: float
     adjusted_p: float
     verdict: str
+
+    @property
+    def p_value(self) -> float:
+        """The comparison's own p-value, before the adjustment."""
+        return self.comparison.p_value
 
 
 def holm(comparisons: dict[str, PairedComparison], *, lower_is_better: bool = True,
@@ -174,7 +177,7 @@ def holm(comparisons: dict[str, PairedComparison], *, lower_is_better: bool = Tr
             verdict = "better" if lower == lower_is_better else "worse"
         else:
             verdict = f"no difference detected at n = {comparison.n} (Holm, family of {m})"
-        verdicts[name] = FamilyVerdict(name, comparison, comparison.p_value, adjusted[name], verdict)
+        verdicts[name] = FamilyVerdict(comparison, adjusted[name], verdict)
     return verdicts
 
 

@@ -662,12 +662,14 @@ FOLDED_HINTS = ("The hints folded under the exercise in its notebook lead to the
                 "want them.")
 
 
+# Why a prediction that runs the package's code is refused: by its check, and by the cell that records it.
+WORKED_OUT = ("a prediction is worked out before the measurement, not computed by running the package's code. Return "
+              "the number you expect; plain arithmetic and `math` are all a prediction needs.")
+
+
 def _called_verdict(exercise: Exercise, callee: str) -> _Verdict:
     if exercise.on_pass is not None:  # a prediction
-        return _Verdict("calls_the_work",
-                        f"Your prediction runs {callee}: a prediction is worked out before the measurement, not "
-                        f"computed by running the package's code. Return the number you expect; plain arithmetic and "
-                        f"`math` are all a prediction needs.", f"runs {callee}")
+        return _Verdict("calls_the_work", f"Your prediction runs {callee}: {WORKED_OUT}", f"runs {callee}")
     return _Verdict("calls_the_work",
                     f"Your answer calls {callee}, which does what this exercise asks you to build. Write that part "
                     f"yourself: the tensor operations the chapter uses, and your own answers to earlier exercises, are "

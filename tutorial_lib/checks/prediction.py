@@ -47,7 +47,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, get_exercise, graded_secret
+from tutorial_lib.checks.core import (
+    WORKED_OUT,
+    Case,
+    Exercise,
+    Mistake,
+    Mutant,
+    WrongOutput,
+    get_exercise,
+    graded_secret,
+)
 from tutorial_lib.checks.tracing import CallTrace, Forbidden
 
 PREDICTIONS_ENV = "TUTORIAL_LIB_PREDICTIONS"  # where the records are kept; default: the notebook's folder
@@ -197,9 +206,8 @@ def record_prediction(exercise_id: str, predicted: Callable[[], Any]) -> bool:
               f"your prediction is recorded.")
         return False
     if trace.hit is not None:
-        print(f"Nothing recorded: {name}() runs {trace.hit}, and a prediction is worked out before the measurement, "
-              f"not computed by running the package's code. Return the number you expect (plain arithmetic and "
-              f"`math` are all it needs); the measurement is shown once your prediction is recorded.")
+        print(f"Nothing recorded: {name}() runs {trace.hit}: {WORKED_OUT} The measurement is shown once your "
+              f"prediction is recorded.")
         return False
     first = first_record(exercise_id)
     if first is None:
