@@ -40,6 +40,7 @@ from tutorial_lib.recipes.bert import (
     random_text_positions,
     tiny_bert_checkpoint_path,
     train_bag_of_words,
+    TinyBERTInParts,
     train_tiny_bert,
     turn_task,
 )
@@ -177,6 +178,31 @@ def test_the_cache_gives_back_the_same_model_and_record(data, tmp_path):
              for masking, seed, stop in [("80/10/10", 0, None), ("all [MASK]", 0, None), ("80/10/10", 1, None),
                                          ("80/10/10", 0, 3)]}
     assert len(paths) == 4  # every setting has its own file
+
+
+def test_a_run_trained_in_parts_is_the_cached_run_of_one_call(data, tmp_path, monkeypatch):
+    monkeypatch.setattr(bert, "EVAL_EVERY", 2)
+    cfg = _config(data)
+    settings = {"model_cfg": cfg, "train_cfg": SHORT, "batch_size": 8, "snapshot_at": 3}
+    one_call, record = train_tiny_bert(data, **settings, progress=False)
+    parts = TinyBERTInParts(data, **settings, checkpoint_dir=tmp_path)
+    parts.train_until(3, progress=False)
+    assert parts.run.record["updates"] == 3 and not parts.path.exists()
+    model, parts_record = parts.finish(progress=False)
+    assert parts.path.exists() and parts.lock is None
+    assert {k: v for k, v in parts_record.items() if k not in ("seconds", "snapshot")} == \
+        {k: v for k, v in record.items() if k not in ("seconds", "snapshot")}
+    for p, q in zip(model.state_dict().values(), one_call.state_dict().values(), strict=True):
+        assert torch.equal(p, q)
+    assert torch.equal(parts_record["snapshot"]["bert.embed.weight"], record["snapshot"]["bert.embed.weight"])
+    cached = TinyBERTInParts(data, **settings, checkpoint_dir=tmp_path)  # now in the cache: nothing trains
+    cached.train_until(3, progress=False)
+    assert cached.run is None
+    loaded, loaded_record = cached.finish(progress=False)
+    assert loaded_record["metrics"] == parts_record["metrics"]
+    assert all(torch.equal(p, q) for p, q in zip(loaded.state_dict().values(), model.state_dict().values()))
+    with pytest.raises(ValueError, match="settings must be load_or_train_tiny_bert's arguments"):
+        TinyBERTInParts(data, steps=3)
 
 
 def test_a_snapshot_is_the_model_a_run_stopped_there_gives(data, tmp_path):

@@ -138,3 +138,24 @@ def test_the_character_gpt_is_trained_once_as_a_kept_run_and_loaded_after(tmp_pa
                                                                          loaded.state_dict().values()))
     payload = load_checkpoint(path, GPT(cfg))  # training.save_checkpoint's format, read with weights_only=True
     assert payload["step"] == 4 and payload["config"]["d_model"] == 16
+
+
+def test_the_character_gpt_trained_in_parts_is_the_model_of_one_call():
+    from tutorial_lib.data.shakespeare import CharDataset
+    from tutorial_lib.models.gpt import GPTConfig
+    from tutorial_lib.recipes.char_gpt import CharGPTRun, train_char_gpt
+    from tutorial_lib.training import TrainConfig
+
+    generator = torch.Generator().manual_seed(0)
+    words = ["the ", "king ", "and ", "queen ", "of ", "\n"]
+    dataset = CharDataset.from_text("".join(words[i] for i in torch.randint(0, 6, (4000,), generator=generator).tolist()))
+    cfg = GPTConfig(d_vocab=dataset.tokenizer.d_vocab, n_ctx=8, d_model=16, n_heads=2, n_layers=1)
+    short = TrainConfig(max_steps=6, lr=3e-3, warmup_steps=2, eval_interval=2, log_interval=1)
+    model, history = train_char_gpt(dataset, model_cfg=cfg, train_cfg=short, batch_size=4, progress=False)
+    run = CharGPTRun(dataset, model_cfg=cfg, train_cfg=short, batch_size=4)
+    run.train_until(3, progress=False)
+    assert run.updates == 3 and run.history.eval_steps == [2]
+    parts = run.train_until(progress=False)
+    assert run.updates == 6 and (parts.steps, parts.train_loss, parts.val_loss) == (history.steps, history.train_loss,
+                                                                                   history.val_loss)
+    assert all(torch.equal(a, b) for a, b in zip(run.model.state_dict().values(), model.state_dict().values()))

@@ -256,6 +256,34 @@ def test_resuming_from_a_checkpoint_continues_the_same_run(tmp_path):
         assert torch.equal(p, q)
 
 
+def test_a_run_stopped_and_resumed_is_the_run_of_one_call():
+    cfg = quick_config(max_steps=6, eval_interval=2)
+    straight = fresh_model()
+    one_call = train(straight, repeated_batch, language_model_loss, cfg, device="cpu", val_batches=repeated_batch,
+                     progress=False)
+    parted = fresh_model()
+    optimizer = make_adamw(parted, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=cfg.betas)
+    history = train(parted, repeated_batch, language_model_loss, cfg, device="cpu", val_batches=repeated_batch,
+                    optimizer=optimizer, stop_at=4, progress=False)
+    assert history.steps[-1] < 4 and history.train_seconds > 0
+    before = history.train_seconds
+    again = train(parted, repeated_batch, language_model_loss, cfg, device="cpu", val_batches=repeated_batch,
+                  optimizer=optimizer, start_step=4, history=history, progress=False)
+    assert again is history and history.train_seconds > before
+    for field in ("steps", "train_loss", "lr", "eval_steps", "val_loss"):
+        assert getattr(history, field) == getattr(one_call, field), field
+    assert history.eval_seconds == sorted(history.eval_seconds)  # the training clock goes on across the parts
+    for p, q in zip(parted.parameters(), straight.parameters(), strict=True):
+        assert torch.equal(p, q)
+
+
+@pytest.mark.parametrize("stop_at", [0, 7, True])
+def test_stop_at_must_lie_after_the_start_and_within_the_schedule(stop_at):
+    with pytest.raises(ValueError, match=r"stop_at must be an int in \(0, 6\]"):
+        train(fresh_model(), repeated_batch, language_model_loss, quick_config(max_steps=6), device="cpu",
+              stop_at=stop_at, progress=False)
+
+
 def test_checkpoint_errors(tmp_path):
     model = fresh_model()
     save_checkpoint(tmp_path / "weights.pt", model)

@@ -147,6 +147,7 @@ class TrainHistory:
     val_loss: list[float] = field(default_factory=list)
     eval_seconds: list[float] = field(default_factory=list)  # training time (evaluation excluded) at each evaluation
     seconds: float = 0.0  # wall time of the whole run, evaluation included
+    train_seconds: float = 0.0  # training time so far, evaluation excluded (where a resumed run's clock goes on)
 
     @property
     def final_val_loss(self) -> float:
@@ -193,6 +194,8 @@ def train(
     start_step: int = 0,
     precision: str = "fp32",
     expected_seconds: float | None = None,
+    stop_at: int | None = None,
+    history: TrainHistory | None = None,
 ) -> TrainHistory:
     """Train any model: it knows nothing of the model but ``loss_fn(model, batch) -> scalar loss``.
 
@@ -204,19 +207,27 @@ def train(
     and, in Jupyter, how far it has got (:mod:`tutorial_lib.progress`). ``precision="bf16"`` runs the training
     updates' forward in bfloat16 (:func:`precision_context`); evaluation stays in fp32. Returns the
     :class:`TrainHistory`.
+
+    ``stop_at`` ends the call after that update (the schedule is still ``cfg``'s, to ``cfg.max_steps``). A later call
+    with ``start_step=stop_at``, the same ``optimizer`` and batches and the ``history`` it returned goes on where it
+    stopped, appending to that history: a run in parts gives the model of one call, bit for bit.
     """
+    stop_at = cfg.max_steps if stop_at is None else stop_at
+    if isinstance(stop_at, bool) or not isinstance(stop_at, int) or not start_step < stop_at <= cfg.max_steps:
+        raise ValueError(f"stop_at must be an int in ({start_step}, {cfg.max_steps}] (after start_step, at most "
+                         f"cfg.max_steps), got {stop_at!r}")
     model.to(device)
     model.train()
     optimizer = optimizer or make_adamw(model, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=cfg.betas)
-    history = TrainHistory()
+    history = TrainHistory() if history is None else history
     callbacks = list(callbacks)
     start = time.perf_counter()
     evaluating = 0.0  # seconds spent measuring the validation loss, kept out of the training time
     # One line says what runs and how far it has got (tutorial_lib.progress): the recipe's line when a recipe announced
     # this run, else (with progress) a line of its own; report() refreshes it, and does nothing when there is none.
-    shown = announce(f"Training {cfg.max_steps - start_step} updates", expected_seconds)
+    shown = announce(f"Training {stop_at - start_step} updates", expected_seconds)
     with shown if progress else contextlib.nullcontext():
-        for step in range(start_step, cfg.max_steps):
+        for step in range(start_step, stop_at):
             lr = cfg.lr_at(step, d_model)
             for group in optimizer.param_groups:
                 group["lr"] = lr
@@ -238,7 +249,7 @@ def train(
                     callback("step", {"step": step, "loss": loss_value, "lr": lr})
             if val_batches is not None and ((step + 1) % cfg.eval_interval == 0 or last):
                 eval_start = time.perf_counter()
-                train_seconds = eval_start - start - evaluating
+                train_seconds = history.train_seconds + eval_start - start - evaluating
                 val = evaluate(model, val_batches, loss_fn, cfg.eval_batches, device)
                 evaluating += time.perf_counter() - eval_start
                 history.eval_steps.append(step + 1)
@@ -246,7 +257,9 @@ def train(
                 history.eval_seconds.append(train_seconds)
                 for callback in callbacks:
                     callback("eval", {"step": step + 1, "val_loss": val, "train_loss": loss.item(), "seconds": train_seconds})
-    history.seconds = time.perf_counter() - start
+    end = time.perf_counter()
+    history.seconds += end - start
+    history.train_seconds += end - start - evaluating
     return history
 
 

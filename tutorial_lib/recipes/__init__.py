@@ -24,6 +24,7 @@ from tutorial_lib.recipes.char_gpt import (
     CHAR_LLAMA_CONFIG,
     CHAR_LLAMA_TRAIN_CONFIG,
     CHAR_TRAIN_CONFIG,
+    CharGPTRun,
     char_gpt_checkpoint_path,
     char_run_path,
     load_or_train_char_gpt,

@@ -60,8 +60,8 @@ ABLATION_BATCH_SIZE = 32
 # two notebooks run side by side), evaluations included: the time a cell announces before it trains
 # (tutorial_lib.progress). Measured with short runs of each recipe, 2026-11-25.
 ABLATION_CI_SECONDS_PER_UPDATE = 0.03
-# Chapter 11's table: every row over 3 to 5 seeds, paired with the baseline's. At the reference run's size its forty
-# runs would take about twelve minutes on the CI machine; the table's run keeps the reference model's width, heads,
+# Chapter 11's table: every row over 5 seeds, paired with the baseline's. At the reference run's size (600 updates)
+# its fifty runs would take about seventeen minutes on the CI machine; the table's run keeps the reference model's width, heads,
 # context and optimiser but has two blocks, 16 windows a batch and 400 updates (chapter 11 measures what each costs).
 # Chapters 05 (the FFN and its activations), 06 (residuals and norms removed) and 13 (linear attention) compare at
 # this size too, through run_table_row: the rows they share with the table are its runs, trained once. Chapter 06's

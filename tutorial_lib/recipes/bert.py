@@ -63,8 +63,9 @@ from tutorial_lib.models.bert import (
     BERTForSequenceClassification,
     mask_tokens,
 )
-from tutorial_lib.recipes.cache import cached_model_path, load_or_train
-from tutorial_lib.training import TrainConfig, TrainHistory, to_device, train
+from tutorial_lib.progress import announce
+from tutorial_lib.recipes.cache import cached_model_path, load_or_train, training_lock
+from tutorial_lib.training import TrainConfig, TrainHistory, make_adamw, save_atomically, to_device, train
 
 BERT_MIN_COUNT = 3  # a word seen fewer times in the training lines is [UNK]
 TINY_BERT_CONFIG = BERTConfig(
@@ -261,8 +262,87 @@ EVAL_EVERY = 250  # updates between two measurements of the evaluation pairs
 ABLATION_UPDATES = 750  # the all-[MASK] run: the first half of the recipe's updates
 
 
-class _BudgetSpent(Exception):
-    """Raised by the batch function of a run stopped after ``stop_after`` updates."""
+class PretrainingRun:
+    """One run of :func:`train_tiny_bert`, trained over as many calls of :meth:`train_until` as one likes and ended by
+    :meth:`finish`: the model, its optimizer, the batch stream and the record are kept between the calls, so a run in
+    parts is the run of one call, bit for bit. The arguments are :func:`train_tiny_bert`'s."""
+
+    def __init__(
+        self,
+        data: ScriptData,
+        *,
+        model_cfg: BERTConfig = TINY_BERT_CONFIG,
+        train_cfg: TrainConfig = BERT_TRAIN_CONFIG,
+        batch_size: int = BERT_BATCH_SIZE,
+        masking: str = "80/10/10",
+        seed: int = 0,
+        stop_after: int | None = None,
+        snapshot_at: int | None = None,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        if model_cfg.d_vocab != data.tokenizer.d_vocab:
+            raise ValueError(f"model_cfg.d_vocab={model_cfg.d_vocab} but the tokenizer has {data.tokenizer.d_vocab} tokens")
+        if stop_after is not None and (isinstance(stop_after, bool) or not isinstance(stop_after, int)
+                                       or not 1 <= stop_after <= train_cfg.max_steps):
+            raise ValueError(f"stop_after must be an int in [1, max_steps={train_cfg.max_steps}] or None, got {stop_after!r}")
+        self.last = train_cfg.max_steps if stop_after is None else stop_after
+        if snapshot_at is not None and (isinstance(snapshot_at, bool) or not isinstance(snapshot_at, int)
+                                        or not 1 <= snapshot_at <= self.last):
+            raise ValueError(f"snapshot_at must be an int in [1, {self.last}] (the updates this run makes) or None, "
+                             f"got {snapshot_at!r}")
+        self.train_cfg, self.snapshot_at, self.device, self.tokenizer = train_cfg, snapshot_at, device, data.tokenizer
+        torch.manual_seed(seed)
+        self.model = BERTForPreTraining(model_cfg).to(device)
+        generator = torch.Generator().manual_seed(seed)
+        self.batches = pretraining_batches(data.train_lines, data.tokenizer, batch_size=batch_size,
+                                           n_ctx=model_cfg.n_ctx, generator=generator, masking=masking)
+        # always measured on 80/10/10 masks, whatever the training's masking: the runs compare
+        self.val = [to_device(b, device) for b in evaluation_batches(data.val_lines, data.tokenizer, n_ctx=model_cfg.n_ctx)]
+        self.optimizer = make_adamw(self.model, lr=train_cfg.lr, weight_decay=train_cfg.weight_decay, betas=train_cfg.betas)
+        self.record: dict = {"steps": [], "train_loss": [], "metrics": [], "updates": 0, "seconds": 0.0}
+
+    def _measure(self) -> float:
+        start = time.perf_counter()
+        metrics = pretraining_metrics(self.model, self.val, self.tokenizer.mask_id)
+        self.record["metrics"].append({"updates": self.record["updates"], **dataclasses.asdict(metrics)})
+        return time.perf_counter() - start
+
+    def train_until(self, updates: int | None = None, *, progress: bool = True) -> None:
+        """Train until ``updates`` updates are done (default: all this run makes)."""
+        updates = self.last if updates is None else updates
+        if isinstance(updates, bool) or not isinstance(updates, int) or not self.record["updates"] < updates <= self.last:
+            raise ValueError(f"updates must be an int in ({self.record['updates']}, {self.last}] (after the updates "
+                             f"done, at most the run's), got {updates!r}")
+        record, measuring = self.record, 0.0
+
+        def next_batch() -> PretrainingBatch:  # called once before each update: it counts them
+            nonlocal measuring
+            if record["updates"] and record["updates"] % EVAL_EVERY == 0:
+                measuring += self._measure()
+            if record["updates"] == self.snapshot_at:  # copies: the training goes on changing the weights in place
+                record["snapshot"] = {name: t.detach().clone().cpu() for name, t in self.model.state_dict().items()}
+            record["updates"] += 1
+            return self.batches()
+
+        def log(event: str, info: dict) -> None:
+            if event == "step":
+                record["steps"].append(info["step"])
+                record["train_loss"].append(info["loss"])
+
+        start = time.perf_counter()
+        train(self.model, next_batch, bert_pretraining_loss, self.train_cfg, device=self.device, callbacks=[log],
+              progress=progress, optimizer=self.optimizer, start_step=record["updates"], stop_at=updates)
+        record["seconds"] += time.perf_counter() - start - measuring
+
+    def finish(self, *, progress: bool = True) -> tuple[BERTForPreTraining, dict]:
+        """Train what is left, measure the model at its last update; returns the model (in eval mode) and its record."""
+        if self.record["updates"] < self.last:
+            self.train_until(progress=progress)
+        if not self.record["metrics"] or self.record["metrics"][-1]["updates"] != self.record["updates"]:
+            self._measure()
+        if self.snapshot_at == self.record["updates"] and "snapshot" not in self.record:  # the last update: the model
+            self.record["snapshot"] = {name: t.detach().clone().cpu() for name, t in self.model.state_dict().items()}
+        return self.model.eval(), self.record
 
 
 def train_tiny_bert(
@@ -288,59 +368,10 @@ def train_tiny_bert(
 
     Returns the model (in eval mode) and its record: ``steps`` and ``train_loss`` (every ``log_interval`` updates),
     ``metrics`` (a dict per measurement, with ``updates``), ``updates`` done and ``seconds`` of training, the
-    measurements excluded."""
-    if model_cfg.d_vocab != data.tokenizer.d_vocab:
-        raise ValueError(f"model_cfg.d_vocab={model_cfg.d_vocab} but the tokenizer has {data.tokenizer.d_vocab} tokens")
-    if stop_after is not None and (isinstance(stop_after, bool) or not isinstance(stop_after, int)
-                                   or not 1 <= stop_after <= train_cfg.max_steps):
-        raise ValueError(f"stop_after must be an int in [1, max_steps={train_cfg.max_steps}] or None, got {stop_after!r}")
-    last = train_cfg.max_steps if stop_after is None else stop_after
-    if snapshot_at is not None and (isinstance(snapshot_at, bool) or not isinstance(snapshot_at, int)
-                                    or not 1 <= snapshot_at <= last):
-        raise ValueError(f"snapshot_at must be an int in [1, {last}] (the updates this run makes) or None, "
-                         f"got {snapshot_at!r}")
-    torch.manual_seed(seed)
-    model = BERTForPreTraining(model_cfg).to(device)
-    generator = torch.Generator().manual_seed(seed)
-    batches = pretraining_batches(data.train_lines, data.tokenizer, batch_size=batch_size, n_ctx=model_cfg.n_ctx,
-                                  generator=generator, masking=masking)
-    val = evaluation_batches(data.val_lines, data.tokenizer, n_ctx=model_cfg.n_ctx)  # always 80/10/10: comparable
-    record: dict = {"steps": [], "train_loss": [], "metrics": [], "updates": 0, "seconds": 0.0}
-    measuring = 0.0
-
-    def measure() -> None:
-        nonlocal measuring
-        start = time.perf_counter()
-        metrics = pretraining_metrics(model, [to_device(b, device) for b in val], data.tokenizer.mask_id)
-        record["metrics"].append({"updates": record["updates"], **dataclasses.asdict(metrics)})
-        measuring += time.perf_counter() - start
-
-    def next_batch() -> PretrainingBatch:  # called once before each update: it counts them
-        if record["updates"] and record["updates"] % EVAL_EVERY == 0:
-            measure()
-        if record["updates"] == snapshot_at:  # copies: the training goes on changing the weights in place
-            record["snapshot"] = {name: t.detach().clone().cpu() for name, t in model.state_dict().items()}
-        if record["updates"] == stop_after:
-            raise _BudgetSpent
-        record["updates"] += 1
-        return batches()
-
-    def log(event: str, info: dict) -> None:
-        if event == "step":
-            record["steps"].append(info["step"])
-            record["train_loss"].append(info["loss"])
-
-    start = time.perf_counter()
-    try:
-        train(model, next_batch, bert_pretraining_loss, train_cfg, device=device, callbacks=[log], progress=progress)
-    except _BudgetSpent:
-        pass
-    record["seconds"] = time.perf_counter() - start - measuring
-    if not record["metrics"] or record["metrics"][-1]["updates"] != record["updates"]:
-        measure()
-    if snapshot_at == record["updates"] and "snapshot" not in record:  # the last update: the model itself
-        record["snapshot"] = {name: t.detach().clone().cpu() for name, t in model.state_dict().items()}
-    return model.eval(), record
+    measurements excluded. The run in one call; :class:`PretrainingRun` trains it in parts."""
+    run = PretrainingRun(data, model_cfg=model_cfg, train_cfg=train_cfg, batch_size=batch_size, masking=masking,
+                         seed=seed, stop_after=stop_after, snapshot_at=snapshot_at, device=device)
+    return run.finish(progress=progress)
 
 
 def model_from_snapshot(record: dict, model_cfg: BERTConfig = TINY_BERT_CONFIG) -> BERTForPreTraining:
@@ -406,6 +437,57 @@ def load_or_train_tiny_bert(
     model = BERTForPreTraining(model_cfg)
     model.load_state_dict(saved["model"], strict=True)
     return model.to(device).eval(), saved["record"]
+
+
+class TinyBERTInParts:
+    """:func:`load_or_train_tiny_bert` over several calls, for a notebook that trains the run in more than one cell:
+    :meth:`train_until` trains the first updates, :meth:`finish` the rest, saves the run to the cache and returns the
+    model and its record, as :func:`load_or_train_tiny_bert` does. When the cache holds the run, :meth:`train_until`
+    does nothing and :meth:`finish` reads it back. The cache's lock is held from the first update to the save, so
+    another process that wants the same run waits for it (and a kernel that stops in between releases it as it exits).
+    The arguments are :func:`load_or_train_tiny_bert`'s."""
+
+    def __init__(self, data: ScriptData, **settings) -> None:
+        unknown = set(settings) - {"model_cfg", "train_cfg", "batch_size", "masking", "seed", "stop_after", "snapshot_at",
+                                   "checkpoint_dir", "device"}
+        if unknown:
+            raise ValueError(f"settings must be load_or_train_tiny_bert's arguments, got {sorted(unknown)}")
+        self.data, self.settings = data, settings
+        path_settings = {k: v for k, v in settings.items() if k != "device"}
+        self.path = tiny_bert_checkpoint_path(**path_settings)
+        self.run: PretrainingRun | None = None
+        self.lock = None
+        self.first_part = 0  # the updates train_until was asked for (trained, or found in the cache)
+        train_cfg = settings.get("train_cfg", BERT_TRAIN_CONFIG)
+        self.updates = train_cfg.max_steps if settings.get("stop_after") is None else settings["stop_after"]
+        self.what = f"chapter 14's tiny BERT ({settings.get('masking', '80/10/10')} masking, seed {settings.get('seed', 0)})"
+
+    def train_until(self, updates: int, *, progress: bool = True) -> None:
+        """Train the run's first ``updates`` updates, unless the cache holds the run (then nothing is trained)."""
+        with announce(f"{self.what[:1].upper()}{self.what[1:]}, updates 1 to {updates} (from the cache, or trained "
+                      f"now)", updates * BERT_CI_SECONDS_PER_UPDATE):
+            if self.run is None:
+                self.lock = training_lock(self.path)  # None: in the cache, and finish() reads it
+                if self.lock is not None:
+                    self.run = PretrainingRun(self.data, **{k: v for k, v in self.settings.items() if k != "checkpoint_dir"})
+            if self.run is not None:
+                self.run.train_until(updates, progress=progress)
+            self.first_part = updates
+
+    def finish(self, *, progress: bool = True) -> tuple[BERTForPreTraining, dict]:
+        """The rest of the run, saved to the cache (or the run read back from it); returns the model and its record."""
+        # The same line whether the cache holds the run or not: the cell's output does not depend on it.
+        with announce(f"{self.what[:1].upper()}{self.what[1:]}, updates {self.first_part + 1} to {self.updates} (from "
+                      f"the cache, or trained now)", (self.updates - self.first_part) * BERT_CI_SECONDS_PER_UPDATE):
+            if self.run is None:
+                return load_or_train_tiny_bert(self.data, **self.settings, progress=progress)
+            try:
+                model, record = self.run.finish(progress=progress)
+                save_atomically({"model": model.state_dict(), "record": record}, self.path)
+            finally:
+                self.lock.release()
+                self.lock = None
+            return model, record
 
 
 # --- fine-tuning: who speaks next? ---------------------------------------------------------------------------------

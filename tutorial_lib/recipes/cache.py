@@ -47,20 +47,32 @@ def load_or_train(
     """
     path = Path(path)
     with announce(f"{what[:1].upper()}{what[1:]} (from the cache, or trained now)", expected_seconds):
-        if path.exists():  # written by os.replace, so a file that exists is complete: no lock needed to read it
+        lock = training_lock(path)
+        if lock is None:
             return torch.load(path, map_location="cpu", weights_only=True)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(f"{path}.lock")
         try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            report(f"waiting for another process that is training it ({path.name})")
-            lock.acquire()
-        try:
-            if path.exists():  # the process that held the lock saved it
-                return torch.load(path, map_location="cpu", weights_only=True)
             payload = train()
             save_atomically(payload, path)
             return payload
         finally:
             lock.release()
+
+
+def training_lock(path: str | Path) -> FileLock | None:
+    """The lock ``<path>.lock``, acquired (waiting while another process trains ``path``'s model), or None when the
+    file exists, saved earlier or by the process that held the lock: then there is nothing to train. The caller trains,
+    saves with ``save_atomically`` and releases the lock (:func:`load_or_train`, or a run trained over several calls)."""
+    path = Path(path)
+    if path.exists():  # written by os.replace, so a file that exists is complete: no lock needed to read it
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(f"{path}.lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        report(f"waiting for another process that is training it ({path.name})")
+        lock.acquire()
+    if path.exists():  # the process that held the lock saved it
+        lock.release()
+        return None
+    return lock

@@ -24,7 +24,7 @@ from tutorial_lib.data.shakespeare import CharDataset, get_batch
 from tutorial_lib.models.gpt import GPT, GPTConfig
 from tutorial_lib.models.llama import Llama, LlamaConfig
 from tutorial_lib.recipes.cache import cached_model_path, load_or_train
-from tutorial_lib.training import TrainConfig, TrainHistory, language_model_loss, train
+from tutorial_lib.training import TrainConfig, TrainHistory, language_model_loss, make_adamw, train
 
 CHAR_GPT_CONFIG = GPTConfig(
     d_vocab=65, n_ctx=64, d_model=128, n_heads=4, n_layers=4, activation="relu", fast_attention=True, fast_norm=True
@@ -53,6 +53,67 @@ def split_batches(data: torch.Tensor, n_ctx: int, batch_size: int = 128) -> list
     return list(zip(x.split(batch_size), y.split(batch_size)))
 
 
+class CharGPTRun:
+    """Chapter 09's reference run, trained in as many parts as one likes: the model (seeded, or ``model``, a GPT or a
+    variant such as chapter 12's Llama), its optimizer, the batch generator and the history, kept between the calls of
+    :meth:`train_until`. Each call goes on where the last one stopped, so the parts give the model and the history of
+    one run bit for bit (chapter 09 trains in two cells of about a minute). ``precision`` is
+    :func:`~tutorial_lib.training.train`'s (the chapters and the cache use fp32)."""
+
+    def __init__(
+        self,
+        dataset: CharDataset,
+        *,
+        model_cfg: GPTConfig = CHAR_GPT_CONFIG,
+        train_cfg: TrainConfig = CHAR_TRAIN_CONFIG,
+        batch_size: int = CHAR_BATCH_SIZE,
+        device: torch.device | str = "cpu",
+        seed: int = 0,
+        model: GPT | None = None,
+        precision: str = "fp32",
+    ) -> None:
+        model_cfg = model_cfg if model is None else model.cfg
+        if model_cfg.d_vocab != dataset.tokenizer.d_vocab:
+            raise ValueError(f"model_cfg.d_vocab={model_cfg.d_vocab} but the dataset has {dataset.tokenizer.d_vocab} characters")
+        if model is None:
+            torch.manual_seed(seed)
+            model = GPT(model_cfg)
+        self.model = model.to(device)
+        self.dataset, self.batch_size, self.device, self.precision = dataset, batch_size, device, precision
+        self.generator = torch.Generator().manual_seed(seed)
+        self.val_batches = split_batches(dataset.val, model_cfg.n_ctx)
+        # Every evaluation covers the whole validation split, whatever train_cfg.eval_batches says.
+        self.train_cfg = dataclasses.replace(train_cfg, eval_batches=len(self.val_batches))
+        self.optimizer = make_adamw(self.model, lr=train_cfg.lr, weight_decay=train_cfg.weight_decay, betas=train_cfg.betas)
+        self.history = TrainHistory()
+        self.updates = 0
+
+    def train_until(self, updates: int | None = None, *, callbacks: Iterable[Callable[[str, dict], None]] = (),
+                    progress: bool = True) -> TrainHistory:
+        """Train until ``updates`` updates are done (default: all of ``train_cfg.max_steps``); returns the history."""
+        updates = self.train_cfg.max_steps if updates is None else updates
+        cycle = itertools.cycle(self.val_batches)
+        seconds_per_update = CI_SECONDS_PER_UPDATE.get(type(self.model).__name__, CI_SECONDS_PER_UPDATE["GPT"])
+        train(
+            self.model,
+            lambda: get_batch(self.dataset.train, self.batch_size, self.model.cfg.n_ctx, self.generator),
+            language_model_loss,
+            self.train_cfg,
+            device=self.device,
+            val_batches=lambda: next(cycle),
+            optimizer=self.optimizer,
+            callbacks=callbacks,
+            progress=progress,
+            precision=self.precision,
+            expected_seconds=(updates - self.updates) * seconds_per_update,
+            start_step=self.updates,
+            stop_at=updates,
+            history=self.history,
+        )
+        self.updates = updates
+        return self.history
+
+
 def train_char_gpt(
     dataset: CharDataset,
     *,
@@ -66,34 +127,11 @@ def train_char_gpt(
     model: GPT | None = None,
     precision: str = "fp32",
 ) -> tuple[GPT, TrainHistory]:
-    """Build a GPT for ``dataset``'s vocabulary and train it; returns the model and its history. A ``model`` passed in
-    (a GPT or a variant such as chapter 12's Llama, built by the caller) is trained instead, on the same batches.
-    ``precision`` is :func:`~tutorial_lib.training.train`'s (the chapters and the cache use fp32)."""
-    model_cfg = model_cfg if model is None else model.cfg
-    if model_cfg.d_vocab != dataset.tokenizer.d_vocab:
-        raise ValueError(f"model_cfg.d_vocab={model_cfg.d_vocab} but the dataset has {dataset.tokenizer.d_vocab} characters")
-    if model is None:
-        torch.manual_seed(seed)
-        model = GPT(model_cfg)
-    model = model.to(device)
-    generator = torch.Generator().manual_seed(seed)
-    val_batches = split_batches(dataset.val, model_cfg.n_ctx)
-    cycle = itertools.cycle(val_batches)
-    # Every evaluation covers the whole validation split, whatever train_cfg.eval_batches says.
-    train_cfg = dataclasses.replace(train_cfg, eval_batches=len(val_batches))
-    history = train(
-        model,
-        lambda: get_batch(dataset.train, batch_size, model_cfg.n_ctx, generator),
-        language_model_loss,
-        train_cfg,
-        device=device,
-        val_batches=lambda: next(cycle),
-        callbacks=callbacks,
-        progress=progress,
-        precision=precision,
-        expected_seconds=train_cfg.max_steps * CI_SECONDS_PER_UPDATE.get(type(model).__name__, CI_SECONDS_PER_UPDATE["GPT"]),
-    )
-    return model, history
+    """Build a GPT for ``dataset``'s vocabulary and train it in one go (a :class:`CharGPTRun` to the end); returns the
+    model and its history."""
+    run = CharGPTRun(dataset, model_cfg=model_cfg, train_cfg=train_cfg, batch_size=batch_size, device=device, seed=seed,
+                     model=model, precision=precision)
+    return run.model, run.train_until(callbacks=callbacks, progress=progress)
 
 
 def char_gpt_checkpoint_path(
