@@ -66,7 +66,7 @@ def test_the_bpe_figures_and_widget_draw():
         bpe_step_widget([(word[:i].encode(), word[i].encode()) for i in range(1, 50)], word)
     with pytest.raises(ValueError, match="step must be an int"):
         merge_step_view(merge_trace(MERGES, "hugs"), 4)
-    assert plot_tokens_per_character([256, 300], [1.0, 0.8], words_per_character=0.2).axes
+    assert plot_tokens_per_character([256, 300], [1.0, 0.8], pretokens_per_character=0.2).axes
     with pytest.raises(ValueError, match="equal length"):
         plot_tokens_per_character([256], [1.0, 0.8])
 

@@ -117,15 +117,17 @@ def bpe_step_widget(merges: Sequence[tuple[bytes, bytes]], word: str = " thousan
 
 
 def plot_tokens_per_character(vocab_sizes: Sequence[int], tokens_per_character: Sequence[float], *,
-                              words_per_character: float | None = None) -> Figure:
-    """Tokens per character of a held-out text against the vocabulary size (bytes at 256, each merge adds one)."""
+                              pretokens_per_character: float | None = None) -> Figure:
+    """Tokens per character of a held-out text against the vocabulary size (bytes at 256, each merge adds one);
+    ``pretokens_per_character`` draws BPE's floor: merges never cross a pre-token, so no vocabulary goes below one
+    token per pre-token."""
     if len(vocab_sizes) != len(tokens_per_character) or not vocab_sizes:
         raise ValueError("vocab_sizes and tokens_per_character must be non-empty and of equal length")
     fig, ax = new_figure(1, 1, figsize=(5.6, 3.6))
     ax.plot(vocab_sizes, tokens_per_character, marker="o", label="byte-level BPE")
     ax.axhline(1.0, color="grey", linestyle=":", label="characters (65 symbols)")
-    if words_per_character is not None:
-        ax.axhline(words_per_character, color="tab:red", linestyle="--", label="words")
+    if pretokens_per_character is not None:
+        ax.axhline(pretokens_per_character, color="tab:red", linestyle="--", label="one token per pre-token (BPE's floor)")
     ax.set_xscale("log")
     ticks = [t for t in (256, 512, 1024, 2048, 4096, 8192) if min(vocab_sizes) <= t <= max(vocab_sizes) * 1.05]
     ax.set_xticks(ticks, [f"{t:,}" for t in ticks])
