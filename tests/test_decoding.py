@@ -104,6 +104,48 @@ def test_beam_of_one_is_greedy(seed: int, alpha: float) -> None:
     assert tuple(found.tokens) == greedy_reference(model)
 
 
+class CountingTable(PrefixTable):
+    """A PrefixTable that records how many prefixes each step extends (the beam's width at that step)."""
+
+    def __init__(self, table: PrefixTable) -> None:
+        super().__init__(table.rule)
+        self.widths: list[int] = []
+
+    def __call__(self, prefixes: Tensor) -> Tensor:
+        self.widths.append(len(prefixes))
+        return super().__call__(prefixes)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_refilled_beam_keeps_its_width_and_a_plain_one_shrinks(seed: int) -> None:
+    widths = {}
+    for refill in (False, True):
+        model = CountingTable(random_table(seed))
+        beam_search(model, bos=BOS, eos=EOS, max_len=MAX_LEN, beam_size=3, alpha=0.0, n_best=3, refill=refill)
+        widths[refill] = model.widths
+    assert widths[True][1:] == [3] * len(widths[True][1:])  # after the first step (one prefix): always 3
+    assert all(width <= 3 for width in widths[False])
+
+
+def test_the_plain_beam_shrinks_where_a_hypothesis_ends() -> None:
+    narrowed = []
+    for seed in range(20):
+        model = CountingTable(random_table(seed))
+        beam_search(model, bos=BOS, eos=EOS, max_len=MAX_LEN, beam_size=3, alpha=0.0, n_best=3)
+        narrowed.append(min(model.widths[1:]) < 3)
+    assert any(narrowed)  # on some tables an extension ends before max_len and the next step extends fewer prefixes
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
+def test_a_wide_refilled_beam_finds_the_exhaustive_optimum_too(seed: int, alpha: float) -> None:
+    model = random_table(seed)
+    expected = brute_force(model, alpha, n_best=5)
+    found = beam_search(model, bos=BOS, eos=EOS, max_len=MAX_LEN, beam_size=WIDE_BEAM, alpha=alpha, n_best=5,
+                        refill=True)
+    assert [tuple(h.tokens) for h in found] == [y for y, _ in expected]
+
+
 def constructed_table(prefix: tuple[int, ...]) -> list[float]:
     """Stop now (0.5) or start 0 (0.45), and after a 0 almost surely 0, 0, then EOS: [0, 0, 0, EOS] has
     P = 0.45 · 0.98³ ≈ 0.42 < 0.5, so it loses without a length penalty and wins with α = 0.6."""

@@ -100,6 +100,7 @@ def beam_search(
     alpha: float = 0.6,
     n_best: int = 1,
     device: torch.device | str | None = None,
+    refill: bool = False,
 ) -> list[Hypothesis]:
     """Beam search for one source; returns the ``n_best`` hypotheses with the highest score, best first.
 
@@ -109,6 +110,10 @@ def beam_search(
     search stops when the beam is empty, at ``max_len``, or as soon as no prefix left in the beam can beat the
     ``n_best``-th finished hypothesis (its log-probability can only fall, and its lp is at most lp(max_len)), which
     never changes the result. ``beam_size=1`` is greedy decoding.
+
+    ``refill=True`` keeps ``beam_size`` unfinished prefixes at every step instead, as Tensor2Tensor's beam search
+    (the paper's code) does: each step takes the ``2 · beam_size`` best extensions, sets aside those that end, and
+    refills the beam with the best of the others. A beam of 1 is then no longer greedy decoding.
     """
     _check_beam_args(bos, eos, max_len, beam_size, n_best, alpha)
     prefixes = torch.tensor([[bos]], dtype=torch.long, device=device)  # (beam, t): the beam, each BOS first
@@ -118,7 +123,8 @@ def beam_search(
         step_log_probs = _checked_log_probs(log_probs_fn(prefixes), len(prefixes), eos)
         candidates = log_p[:, None] + step_log_probs.to(log_p.device)  # log P of every one-token extension
         d_vocab = candidates.shape[1]
-        top_log_p, flat_index = candidates.flatten().topk(min(beam_size, candidates.numel()))
+        width = 2 * beam_size if refill else beam_size  # at most beam_size of 2 · beam_size end: the rest refill
+        top_log_p, flat_index = candidates.flatten().topk(min(width, candidates.numel()))
         possible = top_log_p > float("-inf")  # an impossible token (probability 0) is never an extension
         top_log_p, flat_index = top_log_p[possible], flat_index[possible]
         parent, token = flat_index // d_vocab, flat_index % d_vocab
@@ -127,7 +133,8 @@ def beam_search(
         for row in ends.nonzero().flatten().tolist():
             lp = top_log_p[row].item()
             finished.append(Hypothesis(extended[row, 1:].tolist(), lp, lp / length_penalty(length, alpha)))
-        prefixes, log_p = extended[~ends], top_log_p[~ends]
+        alive = (~ends).nonzero().flatten()[:beam_size]  # all of them without refill: at most beam_size were kept
+        prefixes, log_p = extended[alive], top_log_p[alive]
         finished.sort(key=lambda h: h.score, reverse=True)
         if len(prefixes) == 0:
             break
