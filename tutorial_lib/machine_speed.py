@@ -42,15 +42,14 @@ REFERENCE_MACHINE = "the 2-core CI machine"
 REFERENCE_UPDATE_MS = 14.0  # update_milliseconds(), one thread, the other core busy: an Intel Xeon, 2026-11-28
 
 # Each notebook's time on the reference (the sum of its cells under nbval in a fresh clone's `.ci/run`, the model cache
-# empty, one thread per kernel, two notebooks side by side; 2026-11-28: the twelve longest from that day's second run,
-# after chapters 05, 06 and 13 moved to chapter 11's table runs, the rest from its first). The README's chapter table
-# gives the same.
+# empty, one thread per kernel, two notebooks side by side; the twelve longest from the run of 2026-11-29, the rest
+# from 2026-11-28's). The README's chapter table gives the same.
 CHAPTER_SECONDS: dict[str, float] = {
-    "00_how_to_use": 5, "01_tokens": 13, "02_embeddings_and_positions": 35, "03_scaled_dot_product_attention": 9,
-    "04_multi_head_attention": 40, "05_feed_forward": 63, "06_residuals_and_normalization": 144,
-    "07_encoder_decoder_transformer": 369, "08_gpt": 15, "09_training_a_tiny_gpt": 131, "10_sampling": 23,
-    "11_what_if_we_remove_it": 208, "12_modern_variants": 336, "13_efficient_attention": 150,
-    "14_encoder_only_bert": 206, "15_data_parallel": 77,
+    "00_how_to_use": 5, "01_tokens": 13, "02_embeddings_and_positions": 41, "03_scaled_dot_product_attention": 9,
+    "04_multi_head_attention": 45, "05_feed_forward": 74, "06_residuals_and_normalization": 176,
+    "07_encoder_decoder_transformer": 422, "08_gpt": 15, "09_training_a_tiny_gpt": 151, "10_sampling": 29,
+    "11_what_if_we_remove_it": 280, "12_modern_variants": 444, "13_efficient_attention": 217,
+    "14_encoder_only_bert": 248, "15_data_parallel": 88,
 }
 
 PROBE_SIZE = 256  # square matrices of the width the book's models multiply (64 to 512)
