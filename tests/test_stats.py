@@ -112,6 +112,19 @@ def test_holm_on_chapter_11s_kind_of_table_calls_only_what_survives_the_family()
     assert all(v.p_value < 0.05 for name, v in holm(family).items() if name in {"no_warmup", "no_positions", "post_norm"})
 
 
+def test_holm_takes_a_direction_per_comparison():
+    """A family that mixes a loss (lower is better) with an accuracy (higher is better): the same p-values, each
+    verdict named by its own direction."""
+    loss_down, accuracy_down = compare_paired([2.0, 2.1, 2.2], [1.0, 1.2, 1.3]), compare_paired([0.9, 0.8, 0.7], [0.1, 0.0, 0.2])
+    mixed = holm({"loss": loss_down, "accuracy": accuracy_down}, lower_is_better={"loss": True, "accuracy": False})
+    same = holm({"loss": loss_down, "accuracy": accuracy_down})
+    assert [v.adjusted_p for v in mixed.values()] == [v.adjusted_p for v in same.values()]
+    assert mixed["loss"].verdict == "better" and mixed["accuracy"].verdict == "worse"
+    assert same["accuracy"].verdict == "better"  # one direction for the family reads a fall in accuracy as a gain
+    with pytest.raises(ValueError, match="lower_is_better must give a direction for each comparison"):
+        holm({"loss": loss_down}, lower_is_better={"accuracy": False})
+
+
 def test_mcnemar_is_the_exact_binomial_test_of_the_disagreements():
     assert mcnemar(3, 0).p_value == 0.25  # 2 · 0.5^3
     assert mcnemar(0, 10).p_value == 2 * 0.5**10 and mcnemar(0, 10).verdict() == "worse"

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 
@@ -151,12 +151,14 @@ class FamilyVerdict:
         return self.comparison.p_value
 
 
-def holm(comparisons: dict[str, PairedComparison], *, lower_is_better: bool = True,
+def holm(comparisons: dict[str, PairedComparison], *, lower_is_better: bool | Mapping[str, bool] = True,
          alpha: float = 0.05) -> dict[str, FamilyVerdict]:
     """Judge a family of comparisons together, by Holm's step-down method (Holm 1979): sort the m p-values, multiply
     the k-th smallest by m - k + 1 (so the smallest by m), carry the largest so far forward, cap at 1; a row whose
     adjusted p-value is under ``alpha`` gets "better" or "worse", the others "no difference detected at n = N (Holm,
-    family of m)". The chance of any false "better" or "worse" in the family stays at or under ``alpha``."""
+    family of m)". The chance of any false "better" or "worse" in the family stays at or under ``alpha``.
+    ``lower_is_better`` is one direction for the whole family, or one per comparison (a family that mixes a loss with
+    an accuracy): the direction names the verdict, it does not change the p-values."""
     if not isinstance(comparisons, dict) or not comparisons:
         raise ValueError(f"comparisons must be a non-empty dict of name -> PairedComparison, got {comparisons!r}")
     bad = [name for name, c in comparisons.items() if not isinstance(c, PairedComparison)]
@@ -164,6 +166,10 @@ def holm(comparisons: dict[str, PairedComparison], *, lower_is_better: bool = Tr
         raise ValueError(f"comparisons must map names to compare_paired's results; not one: {bad}")
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    directions = lower_is_better if isinstance(lower_is_better, Mapping) else dict.fromkeys(comparisons, lower_is_better)
+    if set(directions) != set(comparisons):
+        raise ValueError(f"lower_is_better must give a direction for each comparison: missing "
+                         f"{sorted(set(comparisons) - set(directions))}, unknown {sorted(set(directions) - set(comparisons))}")
     m = len(comparisons)
     order = sorted(comparisons, key=lambda name: comparisons[name].p_value)
     adjusted, running = {}, 0.0
@@ -174,7 +180,7 @@ def holm(comparisons: dict[str, PairedComparison], *, lower_is_better: bool = Tr
     for name, comparison in comparisons.items():
         if adjusted[name] < alpha:
             lower = comparison.difference < 0
-            verdict = "better" if lower == lower_is_better else "worse"
+            verdict = "better" if lower == directions[name] else "worse"
         else:
             verdict = f"no difference detected at n = {comparison.n} (Holm, family of {m})"
         verdicts[name] = FamilyVerdict(comparison, adjusted[name], verdict)

@@ -30,6 +30,7 @@ the test pairs from the evaluation plays, which pre-training never saw.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import time
 from collections import Counter
@@ -301,6 +302,10 @@ class PretrainingRun:
         self.optimizer = make_adamw(self.model, lr=train_cfg.lr, weight_decay=train_cfg.weight_decay, betas=train_cfg.betas)
         self.record: dict = {"steps": [], "train_loss": [], "metrics": [], "updates": 0, "seconds": 0.0}
 
+    def _weights(self) -> dict[str, Tensor]:
+        # copies: the training goes on changing the weights in place
+        return {name: t.detach().clone().cpu() for name, t in self.model.state_dict().items()}
+
     def _measure(self) -> float:
         start = time.perf_counter()
         metrics = pretraining_metrics(self.model, self.val, self.tokenizer.mask_id)
@@ -319,8 +324,8 @@ class PretrainingRun:
             nonlocal measuring
             if record["updates"] and record["updates"] % EVAL_EVERY == 0:
                 measuring += self._measure()
-            if record["updates"] == self.snapshot_at:  # copies: the training goes on changing the weights in place
-                record["snapshot"] = {name: t.detach().clone().cpu() for name, t in self.model.state_dict().items()}
+            if record["updates"] == self.snapshot_at:
+                record["snapshot"] = self._weights()
             record["updates"] += 1
             return self.batches()
 
@@ -341,7 +346,7 @@ class PretrainingRun:
         if not self.record["metrics"] or self.record["metrics"][-1]["updates"] != self.record["updates"]:
             self._measure()
         if self.snapshot_at == self.record["updates"] and "snapshot" not in self.record:  # the last update: the model
-            self.record["snapshot"] = {name: t.detach().clone().cpu() for name, t in self.model.state_dict().items()}
+            self.record["snapshot"] = self._weights()
         return self.model.eval(), self.record
 
 
@@ -381,6 +386,11 @@ def model_from_snapshot(record: dict, model_cfg: BERTConfig = TINY_BERT_CONFIG) 
     model = BERTForPreTraining(model_cfg)
     model.load_state_dict(record["snapshot"], strict=True)
     return model.eval()
+
+
+def _tiny_bert_what(masking: str, seed: int) -> str:
+    """The run's name in the line that announces it (the same whether it is trained or read from the cache)."""
+    return f"chapter 14's tiny BERT ({masking} masking, seed {seed})"
 
 
 def tiny_bert_checkpoint_path(
@@ -430,7 +440,7 @@ def load_or_train_tiny_bert(
         return {"model": model.state_dict(), "record": record}
 
     updates = train_cfg.max_steps if stop_after is None else stop_after
-    saved = load_or_train(path, train_model, what=f"chapter 14's tiny BERT ({masking} masking, seed {seed})",
+    saved = load_or_train(path, train_model, what=_tiny_bert_what(masking, seed),
                           expected_seconds=updates * BERT_CI_SECONDS_PER_UPDATE)
     if trained:
         return trained[0], saved["record"]
@@ -448,8 +458,7 @@ class TinyBERTInParts:
     The arguments are :func:`load_or_train_tiny_bert`'s."""
 
     def __init__(self, data: ScriptData, **settings) -> None:
-        unknown = set(settings) - {"model_cfg", "train_cfg", "batch_size", "masking", "seed", "stop_after", "snapshot_at",
-                                   "checkpoint_dir", "device"}
+        unknown = set(settings) - (set(inspect.signature(load_or_train_tiny_bert).parameters) - {"data", "progress"})
         if unknown:
             raise ValueError(f"settings must be load_or_train_tiny_bert's arguments, got {sorted(unknown)}")
         self.data, self.settings = data, settings
@@ -460,7 +469,7 @@ class TinyBERTInParts:
         self.first_part = 0  # the updates train_until was asked for (trained, or found in the cache)
         train_cfg = settings.get("train_cfg", BERT_TRAIN_CONFIG)
         self.updates = train_cfg.max_steps if settings.get("stop_after") is None else settings["stop_after"]
-        self.what = f"chapter 14's tiny BERT ({settings.get('masking', '80/10/10')} masking, seed {settings.get('seed', 0)})"
+        self.what = _tiny_bert_what(settings.get("masking", "80/10/10"), settings.get("seed", 0))
 
     def train_until(self, updates: int, *, progress: bool = True) -> None:
         """Train the run's first ``updates`` updates, unless the cache holds the run (then nothing is trained)."""
