@@ -8,6 +8,12 @@ export TUTORIAL_LIB_DATA ?= $(abspath ../shared/data)
 export MPLBACKEND := agg
 export OMP_NUM_THREADS ?= 2
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
+# Bytecode goes to the user's cache, not beside the sources. Some machines (this project's CI) set
+# PYTHONDONTWRITEBYTECODE, and then every process of a run (a notebook's kernel, a test worker, each rank of chapter
+# 15) compiles torch's Python source again on import: about 9 s for torch and the package against 3.5 s from the
+# cache. With a prefix the venv is left untouched; an empty PYTHONDONTWRITEBYTECODE counts as unset.
+export PYTHONPYCACHEPREFIX ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/tutorial_lib/pycache
+export PYTHONDONTWRITEBYTECODE :=
 
 # Another CPU, emulated on this one (CONTRIBUTING.md, "Any CPU"): every stage of `make test` then runs as it would there.
 # CPU_ISA=avx2: the kernels an AVX2-only x86-64 CPU runs (an older AMD EPYC, most laptops before 2020): ATen's, oneDNN's

@@ -14,7 +14,11 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import pytest
 
+from torch.nn.parallel import DistributedDataParallel
+from torch.profiler import record_function
+
 from tutorial_lib.distributed import (
+    StepTimeline,
     accumulate_gradients,
     average_gradients,
     choose_backend,
@@ -22,6 +26,7 @@ from tutorial_lib.distributed import (
     ring_all_reduce_,
     setup,
     shard_batch,
+    step_timeline,
 )
 from tutorial_lib.models.gpt import GPT, GPTConfig
 from tutorial_lib.train_data_parallel import DataParallelConfig, char_windows, main, run
@@ -140,10 +145,47 @@ def _two_rank_worker(rank: int, world_size: int, init_method: str, out: str) -> 
         model.zero_grad()
         language_model_loss(model, batch).backward()  # every rank also computes the whole batch's gradient
         results["gradients"] = max((a - p.grad).abs().max().item() for a, p in zip(mine, model.parameters()))
+        model.zero_grad()
+        language_model_loss(model, shard_batch(batch, rank, world_size)).backward()
+        average_gradients(model, one_message=True)
+        results["one_message"] = max((a - p.grad).abs().max().item() for a, p in zip(mine, model.parameters()))
+        results["timelines"] = _timelines(model, shard_batch(batch, rank, world_size))
         for strategy in ("ddp", "fsdp"):
             results[strategy] = run(dataclasses.replace(SMALL, strategy=strategy), me, data=synthetic_text(), d_vocab=D_VOCAB)
         if me.is_main:
             torch.save(results, out)
+
+
+def _timelines(model, batch) -> dict:
+    """Profiled steps: DDP with small buckets (and how many it made), and one message after backward."""
+    ddp = DistributedDataParallel(model, bucket_cap_mb=0.01)
+    sizes = []
+
+    def recording(state, bucket):
+        sizes.append(bucket.buffer().numel())
+        return dist.all_reduce(bucket.buffer(), async_op=True).get_future().then(lambda done: done.value()[0])
+
+    ddp.register_comm_hook(None, recording)
+
+    def step(module, after=None):
+        with record_function("step"):
+            module.zero_grad(set_to_none=True)
+            with record_function("forward"):
+                loss = language_model_loss(module, batch)
+            loss.backward()
+            if after is not None:
+                after(module)
+
+    step(ddp)  # DDP's first step: one bucket, rebuilt afterwards
+    sizes.clear()
+    timelines = {"ddp": dataclasses.asdict(step_timeline(lambda: step(ddp))), "buckets": len(sizes),
+                 "one_message": dataclasses.asdict(
+                     step_timeline(lambda: step(model, lambda m: average_gradients(m, one_message=True))))}
+    try:
+        step_timeline(lambda: language_model_loss(model, batch).backward())
+    except ValueError as error:
+        timelines["unmarked"] = str(error)
+    return timelines
 
 
 def test_two_gloo_ranks(tmp_path):
@@ -154,7 +196,17 @@ def test_two_gloo_ranks(tmp_path):
     two_ranks = torch.load(tmp_path / "rank0.pt", weights_only=True)
     assert two_ranks["ring"] < 1e-6
     assert "contiguous" in two_ranks["non_contiguous"]
-    assert two_ranks["gradients"] < 1e-6
+    assert two_ranks["gradients"] < 1e-6 and two_ranks["one_message"] < 1e-6
+    timelines = two_ranks["timelines"]
+    ddp, one_message = (StepTimeline.from_dict(timelines[way]) for way in ("ddp", "one_message"))
+    assert timelines["buckets"] > 1 and len(ddp.all_reduces) == timelines["buckets"]  # gloo's events, one per bucket
+    for timeline in (ddp, one_message):
+        assert 0 <= timeline.forward[0] < timeline.forward[1] <= timeline.backward[0] < timeline.backward[1]
+        # gloo's thread may record an all-reduce's end a little after the main thread saw it finish and left the step
+        assert all(0 < start < min(end, timeline.step[1]) for start, end in timeline.all_reduces)
+    assert len(one_message.all_reduces) == 1 and one_message.all_reduces_started_during_backward() == 0
+    assert one_message.milliseconds_overlapped() == 0 < one_message.milliseconds_communicating()
+    assert "record_function('step')" in timelines["unmarked"]
     one = run(SMALL, None, data=synthetic_text(), d_vocab=D_VOCAB)
     assert one["comm_ms_per_step"] == 0
     for strategy in ("ddp", "fsdp"):
@@ -176,9 +228,12 @@ def test_ring_all_reduce_by_hand_matches_dist_all_reduce_on_three_ranks(tmp_path
     assert torch.load(tmp_path / "rank0.pt", weights_only=True)["ring"] < 1e-6
 
 
-def test_config_refuses_unknown_strategies():
+def test_config_refuses_unknown_strategies_and_bucket_sizes():
     with pytest.raises(ValueError, match="strategy"):
         DataParallelConfig(strategy="zero")
+    with pytest.raises(ValueError, match="bucket_cap_mb"):
+        DataParallelConfig(bucket_cap_mb=0)
+    assert DataParallelConfig().bucket_cap_mb is None  # PyTorch's default: a small first bucket
 
 
 def test_accumulated_micro_batches_of_unequal_sizes_give_the_whole_batch_gradient():

@@ -29,8 +29,10 @@ Modules follow the order of the book:
 ``efficient_attention``         13  sliding window, linear and tiled attention, FlashAttention's backward
 ``models.bert``                 14  an encoder-only BERT, its masking and heads
 ``recipes.bert``                14  tiny-BERT pre-training and fine-tuning (cached)
-``distributed``                 15  process groups, sharding, the ring all-reduce, gradient accumulation
+``distributed``                 15  process groups, sharding, the ring all-reduce, gradient accumulation, a step's timeline
 ``train_data_parallel``         15  the torchrun entry point (DDP or FSDP2) over the book's GPT and training loop
+``memory_per_rank``             15  peak memory and traffic per rank in one update (1 process, DDP, FSDP2), from the profiler
+``scaling_out``                 15  what changes on 8 GPUs, run on gloo: bf16, seeds, join(), logged metrics, DCP checkpoints
 ``counting``                    --  parameter counting
 ``stats``                       --  results over seeds, two settings compared paired by seed (a t-interval)
 ``data``                        --  tiny Shakespeare, its speeches (14), generated dates (07) and copying (13) tasks

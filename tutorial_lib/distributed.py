@@ -12,12 +12,13 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
+from torch.profiler import ProfilerActivity, profile
 
 
 def choose_backend(device: torch.device | str) -> str:
@@ -144,18 +145,90 @@ def ring_all_reduce_(tensor: Tensor, *, average: bool = True) -> Tensor:
     return tensor
 
 
-def average_gradients(model: nn.Module) -> None:
-    """After ``backward()``: replace every gradient by its mean over the ranks (one ``dist.all_reduce`` each).
+def average_gradients(model: nn.Module, *, one_message: bool = False) -> None:
+    """After ``backward()``: replace every gradient by its mean over the ranks.
 
-    What DDP does, minus its two optimisations: DDP packs the gradients into buckets of about 25 MB (a few large
-    messages instead of one per tensor) and starts a bucket's all-reduce while backward is still computing the
+    By default with one ``dist.all_reduce`` per gradient tensor; with ``one_message`` the gradients are copied into
+    one flat buffer, all-reduced as a single message and copied back (one fixed cost instead of one per tensor). DDP
+    does the second with buckets of a few MB, and starts a bucket's all-reduce while backward is still computing the
     earlier layers' gradients.
     """
     world_size = dist.get_world_size()
-    for parameter in model.parameters():
-        if parameter.grad is not None:
-            dist.all_reduce(parameter.grad, op=dist.ReduceOp.SUM)
-            parameter.grad.div_(world_size)
+    gradients = [parameter.grad for parameter in model.parameters() if parameter.grad is not None]
+    if one_message:
+        flat = torch.cat([gradient.flatten() for gradient in gradients])
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        flat.div_(world_size)
+        for gradient, averaged in zip(gradients, flat.split([g.numel() for g in gradients])):
+            gradient.copy_(averaged.view_as(gradient))
+        return
+    for gradient in gradients:
+        dist.all_reduce(gradient, op=dist.ReduceOp.SUM)
+        gradient.div_(world_size)
+
+
+@dataclass(frozen=True)
+class StepTimeline:
+    """When one training step's parts ran on this rank, in ms from the step's start (from a ``torch.profiler`` trace).
+
+    ``backward`` spans the autograd engine's computation (its first to its last function that computes a gradient,
+    AccumulateGrad aside); ``all_reduces`` are gloo's collectives, which run on gloo's own threads, so they can overlap
+    the computation on the main thread. A JSON round trip (``dataclasses.asdict``, then ``from_dict``) keeps it whole.
+    """
+
+    step: tuple[float, float]
+    forward: tuple[float, float]
+    backward: tuple[float, float]
+    all_reduces: tuple[tuple[float, float], ...]
+
+    def milliseconds_overlapped(self) -> float:
+        """The all-reduce time that ran while backward was still computing."""
+        start, end = self.backward
+        return sum(max(0.0, min(b, end) - max(a, start)) for a, b in self.all_reduces)
+
+    def milliseconds_communicating(self) -> float:
+        return sum(b - a for a, b in self.all_reduces)
+
+    def all_reduces_started_during_backward(self) -> int:
+        return sum(start < self.backward[1] for start, _ in self.all_reduces)
+
+    @classmethod
+    def from_dict(cls, fields: dict) -> StepTimeline:
+        return cls(step=tuple(fields["step"]), forward=tuple(fields["forward"]), backward=tuple(fields["backward"]),
+                   all_reduces=tuple(tuple(span) for span in fields["all_reduces"]))
+
+
+def step_timeline(step: Callable[[], object]) -> StepTimeline:
+    """Run ``step()`` once under ``torch.profiler`` and return when its forward, its backward and each all-reduce ran.
+
+    ``step`` must wrap its whole work in ``record_function("step")`` and its forward in ``record_function("forward")``
+    (the profiler cannot tell a forward from other work by itself); gloo names its collectives ``gloo:all_reduce``.
+    """
+    with profile(activities=[ProfilerActivity.CPU]) as trace:
+        step()
+    events = trace.events()
+
+    def spans(keep: Callable[[str], bool]) -> list[tuple[float, float]]:
+        return sorted((e.time_range.start, e.time_range.end) for e in events if keep(e.name))
+
+    marked = {name: spans(lambda event, name=name: event == name) for name in ("step", "forward")}
+    missing = [name for name, found in marked.items() if len(found) != 1]
+    if missing:
+        raise ValueError(f"step must run record_function({missing[0]!r}) exactly once; found "
+                         f"{len(marked[missing[0]])} such ranges")
+    # The backward's computation: the autograd functions, but not the last AccumulateGrad, which under DDP can last
+    # until the last bucket's all-reduce has finished (its hook launches it and DDP waits at the end of backward).
+    backward = spans(lambda name: name.startswith("autograd::engine::evaluate_function") and "AccumulateGrad" not in name)
+    if not backward:
+        raise ValueError("step ran no backward: the profiler saw no autograd function")
+    origin = marked["step"][0][0]
+
+    def ms(span: tuple[float, float]) -> tuple[float, float]:
+        return ((span[0] - origin) / 1000, (span[1] - origin) / 1000)
+
+    return StepTimeline(step=ms(marked["step"][0]), forward=ms(marked["forward"][0]),
+                        backward=ms((backward[0][0], max(end for _, end in backward))),
+                        all_reduces=tuple(ms(span) for span in spans(lambda name: name == "gloo:all_reduce")))
 
 
 def all_reduce_milliseconds(numel: int, *, repeats: int = 10, device: torch.device | str = "cpu") -> float:

@@ -46,7 +46,10 @@ class DataParallelConfig:
     lr: float = 1e-3
     seed: int = 0
     strategy: str = "ddp"  # "ddp": a full copy per rank; "fsdp": each rank holds a shard of every weight
-    bucket_cap_mb: float = 25.0  # DDP's bucket size (PyTorch's default)
+    # DDP's bucket size in MiB. None is PyTorch's default: about 1 MiB for the first bucket (the last layers'
+    # gradients, all-reduced while backward goes on), 25 MiB for the others; a number, even 25, makes every bucket
+    # that size, the first included.
+    bucket_cap_mb: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("updates", "global_batch", "n_ctx", "d_model", "n_heads", "n_layers"):
@@ -55,6 +58,8 @@ class DataParallelConfig:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         if self.strategy not in ("ddp", "fsdp"):
             raise ValueError(f"strategy must be 'ddp' or 'fsdp', got {self.strategy!r}")
+        if self.bucket_cap_mb is not None and not (isinstance(self.bucket_cap_mb, (int, float)) and self.bucket_cap_mb > 0):
+            raise ValueError(f"bucket_cap_mb must be None (PyTorch's default) or a number > 0, got {self.bucket_cap_mb!r}")
 
     def model_config(self, d_vocab: int) -> GPTConfig:
         return GPTConfig(d_vocab=d_vocab, n_ctx=self.n_ctx, d_model=self.d_model, n_heads=self.n_heads,
@@ -155,7 +160,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     fields = {f.name: f for f in dataclasses.fields(DataParallelConfig)}
     for name, f in fields.items():
-        parser.add_argument(f"--{name.replace('_', '-')}", type=type(f.default), default=f.default)
+        kind = float if name == "bucket_cap_mb" else type(f.default)  # the one field whose default is None
+        parser.add_argument(f"--{name.replace('_', '-')}", type=kind, default=f.default)
     parser.add_argument("--out", type=Path, default=None, help="folder for rank 0's weights.pt and result.json")
     args = parser.parse_args(argv)
     cfg = DataParallelConfig(**{name: getattr(args, name) for name in fields})
