@@ -18,7 +18,7 @@ def plot_step_timelines(timelines: dict[str, StepTimeline], *, title: str) -> Fi
     all-reduces (on gloo's threads) on the lower one, in ms from the step's start."""
     if not timelines:
         raise ValueError("timelines must hold at least one step")
-    fig, ax = new_figure(1, 1, figsize=(7.4, 0.75 + 0.62 * len(timelines)))
+    fig, ax = new_figure(1, 1, figsize=(7.0, 0.75 + 0.62 * len(timelines)))
     for row, timeline in enumerate(reversed(list(timelines.values()))):
         compute, communicate = row + 0.12, row - 0.22
         for (start, end), colour in ((timeline.forward, _FORWARD), (timeline.backward, _BACKWARD)):
