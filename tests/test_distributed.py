@@ -204,7 +204,11 @@ def test_two_gloo_ranks(tmp_path):
         assert 0 <= timeline.forward[0] < timeline.forward[1] <= timeline.backward[0] < timeline.backward[1]
         # gloo's thread may record an all-reduce's end a little after the main thread saw it finish and left the step
         assert all(0 < start < min(end, timeline.step[1]) for start, end in timeline.all_reduces)
-    assert len(one_message.all_reduces) == 1 and one_message.all_reduces_started_during_backward() == 0
+        assert len(timeline.launches) == len(timeline.all_reduces)  # each call of all_reduce, and its run
+        assert all(launch <= start for launch, (start, _) in zip(timeline.launches, timeline.all_reduces))
+    assert len(one_message.all_reduces) == 1 and one_message.all_reduces_launched_during_backward() == 0
+    # small buckets: all but the last (the embeddings', whose gradients are ready last) leave during backward
+    assert ddp.all_reduces_launched_during_backward() == timelines["buckets"] - 1
     assert one_message.milliseconds_overlapped() == 0 < one_message.milliseconds_communicating()
     assert "record_function('step')" in timelines["unmarked"]
     one = run(SMALL, None, data=synthetic_text(), d_vocab=D_VOCAB)

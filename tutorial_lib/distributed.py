@@ -172,13 +172,17 @@ class StepTimeline:
     """When one training step's parts ran on this rank, in ms from the step's start (from a ``torch.profiler`` trace).
 
     ``backward`` spans the autograd engine's computation (its first to its last function that computes a gradient,
-    AccumulateGrad aside); ``all_reduces`` are gloo's collectives, which run on gloo's own threads, so they can overlap
-    the computation on the main thread. A JSON round trip (``dataclasses.asdict``, then ``from_dict``) keeps it whole.
+    AccumulateGrad aside); ``launches`` are the moments each all-reduce was called (``c10d::allreduce_``, by DDP's hook
+    or after backward); ``all_reduces`` are when gloo ran them, on its own threads, so they can overlap the computation
+    on the main thread. A launch depends only on when the gradients were ready; when gloo runs it also depends on its
+    threads getting a core and on the other rank reaching the same all-reduce. A JSON round trip
+    (``dataclasses.asdict``, then ``from_dict``) keeps it whole.
     """
 
     step: tuple[float, float]
     forward: tuple[float, float]
     backward: tuple[float, float]
+    launches: tuple[float, ...]
     all_reduces: tuple[tuple[float, float], ...]
 
     def milliseconds_overlapped(self) -> float:
@@ -189,20 +193,21 @@ class StepTimeline:
     def milliseconds_communicating(self) -> float:
         return sum(b - a for a, b in self.all_reduces)
 
-    def all_reduces_started_during_backward(self) -> int:
-        return sum(start < self.backward[1] for start, _ in self.all_reduces)
+    def all_reduces_launched_during_backward(self) -> int:
+        return sum(launch < self.backward[1] for launch in self.launches)
 
     @classmethod
     def from_dict(cls, fields: dict) -> StepTimeline:
         return cls(step=tuple(fields["step"]), forward=tuple(fields["forward"]), backward=tuple(fields["backward"]),
-                   all_reduces=tuple(tuple(span) for span in fields["all_reduces"]))
+                   launches=tuple(fields["launches"]), all_reduces=tuple(tuple(span) for span in fields["all_reduces"]))
 
 
 def step_timeline(step: Callable[[], object]) -> StepTimeline:
     """Run ``step()`` once under ``torch.profiler`` and return when its forward, its backward and each all-reduce ran.
 
     ``step`` must wrap its whole work in ``record_function("step")`` and its forward in ``record_function("forward")``
-    (the profiler cannot tell a forward from other work by itself); gloo names its collectives ``gloo:all_reduce``.
+    (the profiler cannot tell a forward from other work by itself). A call of ``dist.all_reduce`` is recorded as
+    ``c10d::allreduce_`` on the calling thread, and its run as ``gloo:all_reduce`` on one of gloo's threads.
     """
     with profile(activities=[ProfilerActivity.CPU]) as trace:
         step()
@@ -228,6 +233,7 @@ def step_timeline(step: Callable[[], object]) -> StepTimeline:
 
     return StepTimeline(step=ms(marked["step"][0]), forward=ms(marked["forward"][0]),
                         backward=ms((backward[0][0], max(end for _, end in backward))),
+                        launches=tuple(ms(span)[0] for span in spans(lambda name: name == "c10d::allreduce_")),
                         all_reduces=tuple(ms(span) for span in spans(lambda name: name == "gloo:all_reduce")))
 
 
