@@ -7,6 +7,8 @@ import math
 import einops
 import pytest
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 from tutorial_lib.checks import check, get_exercise
 from tutorial_lib.multi_head import MultiHeadAttention
@@ -22,16 +24,29 @@ def merge_right(z):
     return torch.cat(z.unbind(dim=1), dim=-1)
 
 
-def mha_right(x, context, w_q, w_k, w_v, w_o, n_heads, mask=None):
-    d_head = x.shape[-1] // n_heads
-    outputs = []
-    for h in range(n_heads):
-        cols = slice(h * d_head, (h + 1) * d_head)
-        scores = (x @ w_q[:, cols]) @ (context @ w_k[:, cols]).transpose(-2, -1) / math.sqrt(d_head)
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        outputs.append(torch.softmax(scores, dim=-1).nan_to_num(0.0) @ (context @ w_v[:, cols]))
-    return torch.cat(outputs, dim=-1) @ w_o
+class MhaRight(nn.Module):
+    """Multi-head attention one head at a time, slicing each head's rows of the projections."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads = n_heads
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x, context=None, mask=None):
+        context = x if context is None else context
+        q, k, v = self.q_proj(x), self.k_proj(context), self.v_proj(context)
+        d_head = x.shape[-1] // self.n_heads
+        outputs = []
+        for h in range(self.n_heads):
+            cols = slice(h * d_head, (h + 1) * d_head)
+            scores = q[..., cols] @ k[..., cols].transpose(-2, -1) / math.sqrt(d_head)
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
+            outputs.append(torch.softmax(scores, dim=-1).nan_to_num(0.0) @ v[..., cols])
+        return self.out_proj(torch.cat(outputs, dim=-1))
 
 
 def split_reshape(x, n_heads):
@@ -76,21 +91,34 @@ def merge_mean(z):
 
 
 def mha_like(**kwargs):
-    def forward(x, context, w_q, w_k, w_v, w_o, n_heads, mask=None):
-        d_head = x.shape[-1] // n_heads
-        split = kwargs.get("split", split_right)
-        merge = kwargs.get("merge", merge_right)
-        keys = x if kwargs.get("keys_from_x") else context
-        q, k, v = split(x @ w_q, n_heads), split(keys @ w_k, n_heads), split(keys @ w_v, n_heads)
-        scale = math.sqrt(x.shape[-1]) if kwargs.get("sqrt_d_model") else math.sqrt(d_head)
-        scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / scale
-        if mask is not None:
-            m = mask if kwargs.get("no_head_axis") or mask.dim() < 3 else mask[:, None]
-            scores = scores.masked_fill(m.logical_not(), -math.inf)
-        out = merge(torch.softmax(scores, -1).nan_to_num(0.0) @ v)
-        return out if kwargs.get("no_w_o") else out @ w_o
+    class Learner(nn.Module):
+        def __init__(self, d_model, n_heads):
+            super().__init__()
+            self.n_heads = n_heads
+            self.q_proj, self.k_proj = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+            self.v_proj, self.out_proj = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
 
-    return forward
+        def forward(self, x, context=None, mask=None):
+            n_heads, d_head = self.n_heads, x.shape[-1] // self.n_heads
+            split = kwargs.get("split", split_right)
+            merge = kwargs.get("merge", merge_right)
+            keys = x if kwargs.get("keys_from_x") or context is None else context
+            if kwargs.get("no_bias"):
+                q, k, v = (t @ layer.weight.T for layer, t in ((self.q_proj, x), (self.k_proj, keys), (self.v_proj, keys)))
+            else:
+                q, k, v = self.q_proj(x), self.k_proj(keys), self.v_proj(keys)
+            q, k, v = split(q, n_heads), split(k, n_heads), split(v, n_heads)
+            scale = math.sqrt(x.shape[-1]) if kwargs.get("sqrt_d_model") else math.sqrt(d_head)
+            scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / scale
+            if mask is not None:
+                m = mask if kwargs.get("no_head_axis") or mask.dim() < 3 else mask[:, None]
+                scores = scores.masked_fill(m.logical_not(), -math.inf)
+            out = merge(torch.softmax(scores, -1).nan_to_num(0.0) @ v)
+            if kwargs.get("no_w_o"):
+                return out
+            return out @ self.out_proj.weight.T if kwargs.get("no_bias") else self.out_proj(out)
+
+    return Learner
 
 
 LEARNER_MISTAKES = [
@@ -104,12 +132,13 @@ LEARNER_MISTAKES = [
     ("04.merge_heads", merge_view, "view_after_transpose"),
     ("04.merge_heads", merge_sum, "summed_heads"),
     ("04.merge_heads", merge_mean, "averaged_heads"),
-    ("04.multi_head_forward", mha_like(sqrt_d_model=True), "scaled_by_sqrt_d_model"),
-    ("04.multi_head_forward", mha_like(no_w_o=True), "forgot_w_o"),
-    ("04.multi_head_forward", mha_like(no_head_axis=True), "mask_not_broadcast_over_heads"),
-    ("04.multi_head_forward", mha_like(split=split_reshape, merge=merge_reshape), "reshape_without_transpose"),
-    ("04.multi_head_forward", mha_like(merge=merge_strided), "heads_merged_in_the_wrong_order"),
-    ("04.multi_head_forward", mha_like(keys_from_x=True), "keys_from_the_queries"),
+    ("04.multi_head_attention", mha_like(sqrt_d_model=True), "scaled_by_sqrt_d_model"),
+    ("04.multi_head_attention", mha_like(no_w_o=True), "forgot_w_o"),
+    ("04.multi_head_attention", mha_like(no_head_axis=True), "mask_not_broadcast_over_heads"),
+    ("04.multi_head_attention", mha_like(split=split_reshape, merge=merge_reshape), "reshape_without_transpose"),
+    ("04.multi_head_attention", mha_like(merge=merge_strided), "heads_merged_in_the_wrong_order"),
+    ("04.multi_head_attention", mha_like(keys_from_x=True), "keys_from_the_queries"),
+    ("04.multi_head_attention", mha_like(no_bias=True), "biases_left_out"),
 ]
 
 
@@ -120,17 +149,59 @@ def test_a_learners_mistake_is_named(exercise_id, learner, mistake, assert_mista
 
 
 def test_every_catalogued_mistake_has_a_learner_version_here():
-    exercises = ("04.split_heads", "04.merge_heads", "04.multi_head_forward")
+    exercises = ("04.split_heads", "04.merge_heads", "04.multi_head_attention")
     catalogued = {(e, m.name) for e in exercises for m in get_exercise(e).mistakes}
     assert catalogued == {(e, m) for e, _, m in LEARNER_MISTAKES}
 
 
 @pytest.mark.parametrize(("exercise_id", "answer"), [
-    ("04.split_heads", split_right), ("04.merge_heads", merge_right), ("04.multi_head_forward", mha_right),
-    ("04.multi_head_forward", mha_like()),
+    ("04.split_heads", split_right), ("04.merge_heads", merge_right), ("04.multi_head_attention", MhaRight),
+    ("04.multi_head_attention", mha_like()),
 ])
 def test_a_correct_answer_written_differently_passes(exercise_id, answer):
     assert check_recorded(exercise_id, answer).passed
+
+
+def test_the_module_must_carry_the_books_names_and_be_the_learners_own():
+    class NamedOtherwise(MhaRight):
+        def __init__(self, d_model, n_heads):
+            super().__init__(d_model, n_heads)
+            self.w_o = self.out_proj
+            del self.out_proj
+
+        def forward(self, x, context=None, mask=None):
+            self.out_proj = self.w_o
+            return super().forward(x, context, mask)
+
+    named = check("04.multi_head_attention", NamedOtherwise)
+    assert named.kind == "wrong_type" and "it lacks out_proj.bias, out_proj.weight" in named.verdict
+    assert "it has w_o.bias, w_o.weight" in named.verdict
+
+    class NotAModule:
+        def __init__(self, d_model, n_heads):
+            pass
+
+    assert "not an nn.Module" in check("04.multi_head_attention", NotAModule).verdict
+
+    class Wrapped(nn.Module):  # the package's module inside the learner's: its work is not the learner's
+        def __init__(self, d_model, n_heads):
+            super().__init__()
+            self.inner = MultiHeadAttention(d_model, n_heads)
+
+        def forward(self, x, context=None, mask=None):
+            return self.inner(x, context, mask=mask)
+
+    assert check("04.multi_head_attention", Wrapped).kind in ("calls_the_work", "wrong_type")
+
+    class Fused(MhaRight):  # torch's fused attention does the heads' work
+        def forward(self, x, context=None, mask=None):
+            context = x if context is None else context
+            q, k, v = (split_right(t, self.n_heads) for t in (self.q_proj(x), self.k_proj(context), self.v_proj(context)))
+            if mask is not None and mask.dim() == 3:
+                mask = mask[:, None]
+            return self.out_proj(merge_right(F.scaled_dot_product_attention(q, k, v, attn_mask=mask)))
+
+    assert check("04.multi_head_attention", Fused).kind == "calls_the_work"
 
 
 def test_the_functional_reference_is_the_package_module_with_its_weights():

@@ -136,36 +136,56 @@ def test_the_references_are_the_package_modules_with_their_weights():
 # --- the build exercise (05.ffn) and the prediction (05.predict_ffn_share) ----------------------------------------------
 
 
-def ffn_three_kinds(x, w_in, b_in, w_out, b_out, kind):
-    hidden = torch.addmm(b_in, x.reshape(-1, x.shape[-1]), w_in).reshape(*x.shape[:-1], -1)
-    if kind == "relu":
-        hidden = hidden.clamp(min=0)
-    elif kind == "gelu_tanh":
-        hidden = torch.nn.functional.gelu(hidden, approximate="tanh")
-    elif kind == "swiglu":
-        half = hidden.shape[-1] // 2
-        gate, up = hidden[..., :half], hidden[..., half:]
-        hidden = gate * torch.sigmoid(gate) * up
-    else:
-        raise ValueError(f"unknown kind {kind}")
-    return hidden @ w_out + b_out
+class FfnThreeKinds(torch.nn.Module):
+    def __init__(self, d_model, d_ff, kind):
+        super().__init__()
+        if kind not in ("relu", "gelu_tanh", "swiglu"):
+            raise ValueError(f"unknown kind {kind}")
+        self.kind = kind
+        bias = kind != "swiglu"
+        self.up = torch.nn.Linear(d_model, d_ff, bias=bias)
+        self.down = torch.nn.Linear(d_ff, d_model, bias=bias)
+        if kind == "swiglu":
+            self.gate = torch.nn.Linear(d_model, d_ff, bias=False)
+
+    def forward(self, x):
+        hidden = self.up(x)
+        if self.kind == "relu":
+            hidden = hidden.clamp(min=0)
+        elif self.kind == "gelu_tanh":
+            hidden = 0.5 * hidden * (1 + torch.tanh((2 / math.pi) ** 0.5 * (hidden + 0.044715 * hidden**3)))
+        else:
+            gate = self.gate(x)
+            hidden = gate * torch.sigmoid(gate) * hidden
+        return self.down(hidden)
 
 
-def ffn_up_as_gate(x, w_in, b_in, w_out, b_out, kind):
-    if kind == "swiglu":
-        hidden = x @ w_in + b_in
-        half = hidden.shape[-1] // 2
-        return (torch.nn.functional.silu(hidden[..., half:]) * hidden[..., :half]) @ w_out + b_out
-    return ffn_three_kinds(x, w_in, b_in, w_out, b_out, kind)
+class FfnUpAsGate(FfnThreeKinds):
+    def forward(self, x):
+        if self.kind == "swiglu":
+            return self.down(torch.nn.functional.silu(self.up(x)) * self.gate(x))
+        return super().forward(x)
 
 
 def test_the_build_exercise_passes_an_ffn_written_differently():
-    result = check("05.ffn", ffn_three_kinds)
+    result = check("05.ffn", FfnThreeKinds)
     assert result.passed, result.verdict
 
 
 def test_a_learners_swapped_gate_is_named(assert_mistake_named):
-    assert_mistake_named("05.ffn", ffn_up_as_gate, "gate_and_up_swapped")
+    assert_mistake_named("05.ffn", FfnUpAsGate, "gate_and_up_swapped")
+
+
+def test_the_package_modules_inside_the_learners_score_nothing():
+    from tutorial_lib.feed_forward import FeedForward
+
+    class Wrapped(FfnThreeKinds):
+        def forward(self, x):
+            inner = FeedForward(self.up.in_features, self.up.out_features, activation=self.kind)
+            inner.load_state_dict({name: t for name, t in self.state_dict().items()})
+            return inner(x)
+
+    assert check("05.ffn", Wrapped).kind == "calls_the_work"
 
 
 def test_the_share_prediction_names_equal_halves(predict):

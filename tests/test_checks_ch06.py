@@ -176,3 +176,123 @@ def test_the_deep_pre_norm_stream_grows_like_a_sum_of_unrelated_additions(predic
     assert predict("06.predict_deep_stream", lambda: 42).mistake == "stops_growing"
     assert predict("06.predict_deep_stream", lambda: 8).mistake == "normalized_stream"
     assert predict("06.predict_deep_stream", lambda: 42 * (42 / 6.1) ** (72 / 23)).mistake == "compounds_per_block"
+
+
+# --- the build track's block (06.block): a learner's modules, right and wrong ---------------------------------------------
+
+
+class MyLayerNorm(torch.nn.Module):
+    def __init__(self, d_model):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(d_model))
+        self.bias = torch.nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x):
+        return layer_norm_right(x, self.weight, self.bias, 1e-5)
+
+
+class MyAttention(torch.nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads = n_heads
+        self.q_proj, self.k_proj = torch.nn.Linear(d_model, d_model), torch.nn.Linear(d_model, d_model)
+        self.v_proj, self.out_proj = torch.nn.Linear(d_model, d_model), torch.nn.Linear(d_model, d_model)
+
+    def forward(self, x, context=None, mask=None):
+        b, s, d = x.shape
+        heads = [t.view(b, s, self.n_heads, -1).transpose(1, 2) for t in (self.q_proj(x), self.k_proj(x), self.v_proj(x))]
+        scores = heads[0] @ heads[1].transpose(-1, -2) / (d // self.n_heads) ** 0.5
+        if mask is not None:
+            scores = scores.masked_fill(~(mask[:, None] if mask.dim() == 3 else mask), float("-inf"))
+        out = (scores.softmax(-1).nan_to_num(0.0) @ heads[2]).transpose(1, 2).reshape(b, s, d)
+        return self.out_proj(out)
+
+
+class MyFeedForward(torch.nn.Module):
+    def __init__(self, d_model, d_ff, kind):
+        super().__init__()
+        self.kind = kind
+        self.up, self.down = torch.nn.Linear(d_model, d_ff), torch.nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        h = self.up(x)
+        if self.kind == "relu":
+            return self.down(h.clamp(min=0))
+        return self.down(0.5 * h * (1 + torch.tanh((2 / torch.pi) ** 0.5 * (h + 0.044715 * h**3))))
+
+
+class MyBlock(torch.nn.Module):
+    wrong = None
+
+    def __init__(self, d_model, n_heads, d_ff, kind="gelu_tanh"):
+        super().__init__()
+        self.ln_1, self.attn = MyLayerNorm(d_model), MyAttention(d_model, n_heads)
+        self.ln_2, self.ffn = MyLayerNorm(d_model), MyFeedForward(d_model, d_ff, kind)
+
+    def forward(self, x, mask=None):
+        wrong = self.wrong
+        if wrong == "post":
+            h = self.ln_1(x + self.attn(x, mask=mask))
+            return self.ln_2(h + self.ffn(h))
+        if wrong == "stream":
+            h = self.ln_1(x)
+            h = h + self.attn(h, mask=mask)
+            h = self.ln_2(h)
+            return h + self.ffn(h)
+        norm_2 = self.ln_1 if wrong == "one norm" else self.ln_2
+        if wrong == "no affine":  # normalized, never scaled by weight nor shifted by bias
+            def plain(t):
+                centred = t - t.mean(-1, keepdim=True)
+                return centred / (centred.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt()
+
+            h = x + self.attn(plain(x), mask=mask)
+            return h + self.ffn(plain(h))
+        h = x + self.attn(self.ln_1(x), mask=None if wrong == "no mask" else mask)
+        return self.ffn(norm_2(h)) if wrong == "no residual" else h + self.ffn(norm_2(h))
+
+
+def my_block(wrong):
+    return type(f"Block_{wrong}", (MyBlock,), {"wrong": wrong})
+
+
+BLOCK_MISTAKES = [("post", "post_norm_block"), ("one norm", "one_norm_for_both"), ("stream", "normalized_the_stream"),
+                  ("no residual", "dropped_a_residual"), ("no mask", "mask_not_passed"),
+                  ("no affine", "norms_without_gamma_and_beta")]
+
+
+@pytest.mark.parametrize(("wrong", "mistake"), BLOCK_MISTAKES, ids=[m for _, m in BLOCK_MISTAKES])
+def test_a_learners_block_module_mistake_is_named(wrong, mistake, assert_mistake_named):
+    assert_mistake_named("06.block", my_block(wrong), mistake)
+
+
+def test_every_block_module_mistake_has_a_learner_version_and_the_right_one_passes():
+    assert {m.name for m in get_exercise("06.block").mistakes} == {m for _, m in BLOCK_MISTAKES}
+    assert check("06.block", MyBlock).passed
+
+
+def test_a_block_built_on_the_packages_modules_scores_nothing():
+    from tutorial_lib.normalization import LayerNorm
+
+    class OnPackageNorms(MyBlock):
+        def __init__(self, d_model, n_heads, d_ff, kind):
+            super().__init__(d_model, n_heads, d_ff, kind)
+            self.ln_1, self.ln_2 = LayerNorm(d_model), LayerNorm(d_model)
+
+    assert check("06.block", OnPackageNorms).kind == "calls_the_work"
+
+
+def test_the_block_reference_is_the_packages_pre_norm_gpt_block():
+    from tutorial_lib.blocks import TransformerBlock
+    from tutorial_lib.checks.ch06 import BookBlock
+
+    torch.manual_seed(0)
+    block = TransformerBlock(16, 4, 32, placement="pre", activation="gelu_tanh").eval()
+    with torch.no_grad():
+        for p in block.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    renamed = {name.replace("attn_residual.norm", "ln_1").replace("ffn_residual.norm", "ln_2"): t
+               for name, t in block.state_dict().items()}
+    book = BookBlock(16, 4, 32).eval()
+    book.load_state_dict(renamed)
+    x = torch.randn(2, 7, 16)
+    torch.testing.assert_close(book(x, mask=torch.ones(7, 7, dtype=torch.bool).tril()), block(x, causal=True))

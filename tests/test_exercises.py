@@ -13,6 +13,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
+from tutorial_lib.build_track import cell_python
+
 from tutorial_lib.checks import chapter_exercises
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,7 +68,7 @@ def test_generated_stubs_are_valid_python_that_keeps_the_hints(path):
     exercise = nbformat.read(ROOT / "exercises" / path.name, as_version=4)
     for cell in exercise.cells:
         if cell.cell_type == "code":
-            ast.parse(cell.source)
+            ast.parse(cell_python(cell.source))
     code = "\n".join(cell.source for cell in exercise.cells if cell.cell_type == "code")
     assert "SOLUTION" not in code
     solved = "\n".join(cell.source for cell in solution.cells if cell.cell_type == "code")

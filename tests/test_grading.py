@@ -20,6 +20,7 @@ from jaxtyping import Bool, Float, Int
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from tutorial_lib import grade
+from tutorial_lib.build_track import cell_python
 from tutorial_lib.checks import chapter_exercises, get_exercise
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -175,7 +176,7 @@ def _planted_function(function: str, body: str):
     plant(notebook, function, body)
     cell = next(cell for cell in notebook.cells if cell.cell_type == "code" and f"def {function}(" in cell.source)
     namespace = {"math": math, "torch": torch, "Tensor": torch.Tensor, "Bool": Bool, "Float": Float, "Int": Int}
-    exec(compile(cell.source, f"<{function}, planted>", "exec"), namespace)  # noqa: S102 - our own test's cell
+    exec(compile(cell_python(cell.source), f"<{function}, planted>", "exec"), namespace)  # noqa: S102 - our own test's cell
     return namespace[function]
 
 

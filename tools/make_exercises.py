@@ -6,6 +6,11 @@ function body) become ``raise NotImplementedError(...)`` at the same indentation
 writes the header cells for the exercises file (from ``_config.yml``). Every ``check(...)`` cell must follow at least
 one solution block.
 
+A cell that starts with ``%%my_transformer NAME`` (the build track, ``tutorial_lib/build_track.py``) writes
+``my_transformer/NAME.py`` when it runs; the files of both folders are committed (a notebook run alone, or beside
+another, imports the earlier chapters' files), so they are written here too, the stubbed ones under ``exercises/``,
+and the drift check compares them.
+
 Exercise notebooks are stored executed, by ``tools/execute_notebooks.py`` as ``make execute`` does: their outputs are
 the "not attempted yet" verdicts, compared by nbval. So the drift check compares sources (cell types, sources, tags,
 and the ``tutorial_lib.assignment`` metadata the grader reads) and that every code cell has run, never outputs.
@@ -30,6 +35,8 @@ from nbformat import NotebookNode
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/ is not a package: reach the tools beside this one
 from execute_notebooks import execute  # noqa: E402
 from notebook_header import apply_header  # noqa: E402
+
+from tutorial_lib.build_track import PACKAGE, PACKAGE_DOC, module_source  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTION_ONLY = "solution-only"
@@ -112,6 +119,50 @@ def make_exercise_notebook(solution: NotebookNode, name: str, root: Path = ROOT)
     return apply_header(exercise, root / "exercises" / name, root)
 
 
+_MODULE_CELL = re.compile(r"^%%my_transformer[ \t]+(?P<name>\S+)[ \t]*\n")
+
+
+def module_files(notebook: NotebookNode, where: str) -> dict[str, str]:
+    """The files of ``my_transformer/`` that the notebook's ``%%my_transformer NAME`` cells write, by file name."""
+    files = {}
+    for index, cell in enumerate(notebook.cells):
+        match = _MODULE_CELL.match(cell.source) if cell.cell_type == "code" else None
+        if match is None:
+            continue
+        name = f"{match.group('name')}.py"
+        if name in files:
+            raise MarkerError(f"{where} cell {index}: a second cell writes {PACKAGE}/{name}")
+        files[name] = module_source(cell.source[match.end():])
+    return files
+
+
+def package_files(root: Path) -> tuple[dict[Path, str], list[str]]:
+    """Every file of both ``my_transformer/`` folders, with its text, from the solutions notebooks and their stubs."""
+    files: dict[Path, str] = {}
+    problems: list[str] = []
+    owners: dict[str, str] = {}
+    for path in sorted(p for p in (root / "solutions").glob("*.ipynb") if _NOTEBOOK_NAME.match(p.name)):
+        solution = nbformat.read(path, as_version=4)
+        try:
+            solved = module_files(solution, f"solutions/{path.name}")
+            stubbed = {name: stub_source(text, f"solutions/{path.name}, {PACKAGE}/{name}")[0]
+                       for name, text in solved.items()}
+        except MarkerError as error:
+            problems.append(str(error))
+            continue
+        for name in solved:
+            if name in owners:
+                problems.append(f"solutions/{path.name} and {owners[name]} both write {PACKAGE}/{name}")
+            owners[name] = f"solutions/{path.name}"
+        for folder, texts in (("solutions", solved), ("exercises", stubbed)):
+            for name, text in texts.items():
+                files[root / folder / PACKAGE / name] = text
+    for folder in ("solutions", "exercises"):
+        if any(path.parent == root / folder / PACKAGE for path in files):
+            files[root / folder / PACKAGE / "__init__.py"] = PACKAGE_DOC
+    return files, problems
+
+
 def sources(notebook: NotebookNode) -> list[tuple[str, str, list[str]]]:
     """What the drift check compares: each cell's type, source and tags, and the assignment the grader reads."""
     return [(cell.cell_type, cell.source, list(cell.get("metadata", {}).get("tags", []))) for cell in notebook.cells] + [
@@ -136,6 +187,25 @@ def main(argv: list[str] | None = None) -> int:
     for orphan in sorted(exercises.glob("*.ipynb")):
         if not (solutions / orphan.name).exists():
             problems.append(f"{orphan}: no solutions/{orphan.name} to generate it from")
+    # my_transformer/ first: an exercises notebook that runs below imports the files of the chapters before it
+    files, file_problems = package_files(args.root)
+    problems += file_problems
+    for folder in ("solutions", "exercises"):
+        for stale in sorted((args.root / folder / PACKAGE).glob("*.py")):
+            if stale in files:
+                continue
+            if args.check:
+                problems.append(f"{stale}: no %%my_transformer cell writes it")
+            else:
+                stale.unlink()
+    for path, text in files.items():
+        if args.check:
+            if not path.exists() or path.read_text(encoding="utf-8") != text:
+                problems.append(f"{path}: differs from what its %%my_transformer cell writes; run `make exercises`")
+        elif not path.exists() or path.read_text(encoding="utf-8") != text:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            print(f"{path}: written")
     for solution_path in sorted(path for path in solutions.glob("*.ipynb") if _NOTEBOOK_NAME.match(path.name)):
         try:
             generated = make_exercise_notebook(nbformat.read(solution_path, as_version=4), solution_path.name, args.root)

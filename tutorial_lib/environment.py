@@ -41,7 +41,11 @@ def pick_device(prefer: str | None = None) -> torch.device:
 
 
 def setup_notebook(seed: int = 0) -> torch.Generator:
-    """Seed everything and make printed tensors short and stable; the first cell of every notebook calls this."""
+    """Seed everything, make printed tensors short and stable, and register the ``%%my_transformer`` cell magic of the
+    build exercises (:mod:`tutorial_lib.build_track`); the first cell of every notebook calls this."""
+    from tutorial_lib.build_track import register_magic
+
+    register_magic()
     torch.set_printoptions(precision=4, sci_mode=False, linewidth=110)
     np.set_printoptions(precision=4, suppress=True, linewidth=110)
     return seed_everything(seed)

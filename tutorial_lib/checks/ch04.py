@@ -4,8 +4,10 @@ The cases include shapes where ``seq == n_heads`` (or ``batch == n_heads``), whe
 or a mask that is not broadcast over the heads, keeps every shape right and only changes the values: the bugs that
 train silently. As in ``ch03``, the mistakes are written the way a learner would write them and carry no annotations.
 
-``04.multi_head_forward`` is the build exercise: it composes the projections, the split, chapter 03's attention, the
-merge and W^O into multi-head attention end to end. ``04.predict_parameters`` (predict, then measure) asks how many
+``04.multi_head_attention`` is the build exercise and the second piece of the learner's own transformer (the build
+track, :mod:`tutorial_lib.build_track`): a ``MultiHeadAttention`` module of their own, made of the four projections,
+their split and merge and their chapter 03 attention, whose layers carry the package's names so that the book's
+trained weights load into it. Its check runs the learner's class with each case's weights in place. ``04.predict_parameters`` (predict, then measure) asks how many
 parameters 8-head attention has at d_model = 512: as many as one head, since the heads split d_model.
 ``04.predict_flop_ratio`` measures the same fact in compute: the FLOPs of 8 heads over those of 1, counted by PyTorch.
 """
@@ -21,6 +23,7 @@ from torch import nn
 from tutorial_lib.attention import scaled_dot_product_attention
 from tutorial_lib.checks.compound import mistake_builder
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
+from tutorial_lib.checks.modules import run_module
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 from tutorial_lib.multi_head import MultiHeadAttention, merge_heads, split_heads
 
@@ -61,7 +64,8 @@ def _split_like(*, way="view_then_swap_1_2"):
     return split_heads
 
 
-_SPLIT_STRAIGHT = _split_like(way="reshape_straight")  # one object: the multi-head forward's catalogue uses it too
+_SPLIT_STRAIGHT = _split_like(way="reshape_straight")  # one object: the multi-head module's catalogue uses it too
+_SPLIT_RIGHT = _split_like()  # the module's mistakes split with this, not with the package's split_heads (forbidden there)
 
 
 def _split_swapped_sizes(x, n_heads):  # n_heads slices of d_head written the other way round
@@ -140,8 +144,9 @@ def _merge_like(*, way="swap_then_reshape"):
     return merge_heads
 
 
-_MERGE_STRAIGHT = _merge_like(way="reshape_straight")  # one object each: the multi-head forward's catalogue uses them
+_MERGE_STRAIGHT = _merge_like(way="reshape_straight")  # one object each: the multi-head module's catalogue uses them
 _MERGE_HEADS_INNER = _merge_like(way="heads_inner")
+_MERGE_RIGHT = _merge_like()
 
 
 def _merge_reversed_heads(z):
@@ -184,23 +189,23 @@ MERGE_HEADS = Exercise(
 )
 
 
-# --- 04.multi_head_forward ----------------------------------------------------------------------------------------------
+# --- 04.multi_head_attention (the build track's module) -------------------------------------------------------------
 
 
-def reference_multi_head(x, context, w_q, w_k, w_v, w_o, n_heads, mask):
-    """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O with head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V);
-    queries from ``x``, keys and values from ``context``, ``mask`` broadcast over the heads."""
-    q, k, v = split_heads(x @ w_q, n_heads), split_heads(context @ w_k, n_heads), split_heads(context @ w_v, n_heads)
-    if mask is not None and mask.dim() >= 3:
-        mask = mask.unsqueeze(-3)  # (batch, query_pos, key_pos) -> (batch, 1, query_pos, key_pos)
-    return merge_heads(scaled_dot_product_attention(q, k, v, mask)[0]) @ w_o
+_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj")
 
 
-def _forward_cases(generator: torch.Generator) -> list[Case]:
-    def weights(d_model: int, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
-        return {name: torch.randn(d_model, d_model, generator=generator, dtype=dtype) / math.sqrt(d_model)
-                for name in ("w_q", "w_k", "w_v", "w_o")}
+def _attention_weights(d_model: int, generator: torch.Generator, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+    """Four nn.Linear(d_model, d_model) layers' weights, named as the package's MultiHeadAttention names them; the
+    biases are not zero, so that a forgotten bias shows."""
+    weights = {}
+    for name in _PROJECTIONS:
+        weights[f"{name}.weight"] = torch.randn(d_model, d_model, generator=generator, dtype=dtype) / math.sqrt(d_model)
+        weights[f"{name}.bias"] = 0.1 * torch.randn(d_model, generator=generator, dtype=dtype)
+    return weights
 
+
+def _module_cases(generator: torch.Generator) -> list[Case]:
     def randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         return torch.randn(*shape, generator=generator, dtype=dtype)
 
@@ -210,76 +215,129 @@ def _forward_cases(generator: torch.Generator) -> list[Case]:
     lengths = torch.tensor([6, 4, 2, 5])
     pad4 = (torch.arange(6)[None, None, :] < lengths[:, None, None]).expand(4, 6, 6)
     return [
-        Case.of(x=x, context=x, **weights(16), n_heads=4, mask=None, note="self-attention, 4 heads of 4"),
-        Case.of(x=x, context=x, **weights(16), n_heads=2, mask=torch.ones(5, 5, dtype=torch.bool).tril(),
-                note="a causal mask (query_pos, key_pos)"),
-        Case.of(x=randn(2, 5, 16), context=randn(2, 7, 16), **weights(16), n_heads=4, mask=padding,
+        Case.of(d_model=16, n_heads=4, weights=_attention_weights(16, generator), x=x, context=None, mask=None,
+                note="self-attention (context None), 4 heads of 4"),
+        Case.of(d_model=16, n_heads=2, weights=_attention_weights(16, generator), x=x, context=x,
+                mask=torch.ones(5, 5, dtype=torch.bool).tril(), note="a causal mask (query_pos, key_pos)"),
+        Case.of(d_model=16, n_heads=4, weights=_attention_weights(16, generator), x=randn(2, 5, 16),
+                context=randn(2, 7, 16), mask=padding,
                 note="cross-attention, 7 keys, a (batch, query_pos, key_pos) padding mask"),
-        Case.of(x=x4, context=x4, **weights(16), n_heads=4, mask=pad4,
+        Case.of(d_model=16, n_heads=4, weights=_attention_weights(16, generator), x=x4, context=None, mask=pad4,
                 note="batch = n_heads = 4 with a (batch, query_pos, key_pos) mask"),
-        Case.of(x=randn(1, 3, 12, dtype=torch.float64), context=randn(1, 3, 12, dtype=torch.float64),
-                **weights(12, torch.float64), n_heads=3, mask=None, note="float64, 3 heads of 4"),
+        Case.of(d_model=12, n_heads=3, weights=_attention_weights(12, generator, torch.float64),
+                x=randn(1, 3, 12, dtype=torch.float64), context=randn(1, 3, 12, dtype=torch.float64), mask=None,
+                note="float64, 3 heads of 4"),
     ]
 
 
+def _module_call(cls, args):
+    d_model, n_heads, weights, x, context, mask = args
+    return run_module(cls, (d_model, n_heads), weights, (x, context), {"mask": mask},
+                      what="MultiHeadAttention(d_model, n_heads)")
+
+
+def reference_multi_head(x, context, w_q, w_k, w_v, w_o, n_heads, mask):
+    """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O with head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V);
+    queries from ``x``, keys and values from ``context``, ``mask`` broadcast over the heads (no biases)."""
+    q, k, v = split_heads(x @ w_q, n_heads), split_heads(context @ w_k, n_heads), split_heads(context @ w_v, n_heads)
+    if mask is not None and mask.dim() >= 3:
+        mask = mask.unsqueeze(-3)  # (batch, query_pos, key_pos) -> (batch, 1, query_pos, key_pos)
+    return merge_heads(scaled_dot_product_attention(q, k, v, mask)[0]) @ w_o
+
+
 @mistake_builder
-def _with(*, scale=lambda d_model, d_head: math.sqrt(d_head), w_o=True, split=split_heads, merge=merge_heads,
-          broadcast_mask=True, keys_from_x=False):
-    """A learner's forward; each keyword reproduces one way of getting it wrong."""
+def _mha_like(*, scale=lambda d_model, d_head: math.sqrt(d_head), w_o=True, split=_SPLIT_RIGHT, merge=_MERGE_RIGHT,
+              broadcast_mask=True, keys_from_x=False, bias=True):
+    """A learner's MultiHeadAttention module; each keyword reproduces one way of getting it wrong."""
 
-    def forward(x, context, w_q, w_k, w_v, w_o_, n_heads, mask):
-        source = x if keys_from_x else context
-        q, k, v = split(x @ w_q, n_heads), split(source @ w_k, n_heads), split(source @ w_v, n_heads)
-        scores = q @ k.transpose(-2, -1) / scale(x.shape[-1], x.shape[-1] // n_heads)
+    class MultiHeadAttention(nn.Module):
+        def __init__(self, d_model, n_heads):
+            super().__init__()
+            self.n_heads = n_heads
+            self.q_proj, self.k_proj, self.v_proj, self.out_proj = (nn.Linear(d_model, d_model) for _ in range(4))
+
+        def forward(self, x, context=None, mask=None):
+            source = x if keys_from_x or context is None else context
+
+            def project(layer, t):
+                return layer(t) if bias else t @ layer.weight.T
+
+            q = split(project(self.q_proj, x), self.n_heads)
+            k, v = split(project(self.k_proj, source), self.n_heads), split(project(self.v_proj, source), self.n_heads)
+            scores = q @ k.transpose(-2, -1) / scale(x.shape[-1], x.shape[-1] // self.n_heads)
+            if mask is not None:
+                if broadcast_mask and mask.dim() >= 3:
+                    mask = mask.unsqueeze(1)
+                scores = scores.masked_fill(~mask, float("-inf"))
+            out = merge(torch.softmax(scores, dim=-1).nan_to_num(0.0) @ v)
+            return project(self.out_proj, out) if w_o else out
+
+    return MultiHeadAttention
+
+
+class _NamedOtherwise(nn.Module):
+    """The right computation, with its layers named as the learner liked (w_q, ...): the book's weights do not load."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads = n_heads
+        self.w_q, self.w_k, self.w_v, self.w_o = (nn.Linear(d_model, d_model) for _ in range(4))
+
+    def forward(self, x, context=None, mask=None):
+        source = x if context is None else context
+        q, k, v = (_SPLIT_RIGHT(layer(t), self.n_heads) for layer, t in ((self.w_q, x), (self.w_k, source), (self.w_v, source)))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
         if mask is not None:
-            if broadcast_mask and mask.dim() >= 3:
-                mask = mask.unsqueeze(1)
-            scores = scores.masked_fill(~mask, float("-inf"))
-        z = torch.softmax(scores, dim=-1).nan_to_num(0.0) @ v
-        out = merge(z)
-        return out @ w_o_ if w_o else out
-
-    return forward
+            scores = scores.masked_fill(~(mask.unsqueeze(1) if mask.dim() >= 3 else mask), float("-inf"))
+        return self.w_o(_MERGE_RIGHT(torch.softmax(scores, dim=-1).nan_to_num(0.0) @ v))
 
 
-MULTI_HEAD_FORWARD = Exercise(
-    id="04.multi_head_forward",
-    forbidden=(MultiHeadAttention, nn.MultiheadAttention, F.multi_head_attention_forward),
+MULTI_HEAD_ATTENTION = Exercise(
+    id="04.multi_head_attention",
+    # the package's answers to chapter 03 and to exercises 1 and 2: the module is made of the learner's own
+    forbidden=(nn.MultiheadAttention, F.multi_head_attention_forward, F.scaled_dot_product_attention,
+               scaled_dot_product_attention, split_heads, merge_heads),
     gradients=True,  # trained in the book: a detached or no_grad path must not pass
-    reference=reference_multi_head,
-    cases=_forward_cases,
-    points=2,
+    reference=MultiHeadAttention,
+    call=_module_call,
+    cases=_module_cases,
+    points=3,
     outputs=("the output",),
     axes={"the output": "batch query_pos d_model"},
     checked=(
-        "self-attention with 4 and 2 heads, a causal mask, cross-attention with a (batch, query_pos, key_pos) padding "
-        "mask, batch = n_heads with such a mask, and float64"
+        "self-attention with 4 and 2 heads (context None or x), a causal mask, cross-attention with a (batch, query_pos, "
+        "key_pos) padding mask, batch = n_heads with such a mask, and float64; the weights are the cases' own, put in "
+        "your layers by name, and the gradients with respect to them match too"
     ),
     mistakes=(
         Mistake("scaled_by_sqrt_d_model", "divided the scores by √d_model instead of √d_head",
                 "Each head's dot products have d_head terms: divide by √d_head, with d_head = d_model / n_heads.",
-                (_with(scale=lambda d_model, d_head: math.sqrt(d_model)),)),
+                (_mha_like(scale=lambda d_model, d_head: math.sqrt(d_model)),)),
         Mistake("forgot_w_o", "forgot the output projection W^O",
-                "MultiHead = Concat(head_1, …, head_h) W^O: multiply the merged heads by w_o.", (_with(w_o=False),)),
+                "MultiHead = Concat(head_1, …, head_h) W^O: pass the merged heads through out_proj.", (_mha_like(w_o=False),)),
         Mistake("mask_not_broadcast_over_heads", "applied a (batch, query_pos, key_pos) mask without a head axis",
                 "Against scores of shape (batch, n_heads, query_pos, key_pos) the mask's batch axis lines up with the "
                 "heads: it fails, or, when batch = n_heads, masks each head with another sequence's mask. Add a "
-                "head axis of size 1 at position 1 (`unsqueeze`).", (_with(broadcast_mask=False),)),
+                "head axis of size 1 at position 1 (`unsqueeze`).", (_mha_like(broadcast_mask=False),)),
         Mistake("reshape_without_transpose", "split or merged the heads with a reshape that skips the transpose",
                 "(batch, seq, d_model) -> view (batch, seq, n_heads, d_head) -> swap axes 1 and 2, and the reverse to "
-                "merge.", (_with(split=_SPLIT_STRAIGHT, merge=_MERGE_STRAIGHT),
-                           _with(split=_SPLIT_STRAIGHT), _with(merge=_MERGE_STRAIGHT))),
+                "merge.", (_mha_like(split=_SPLIT_STRAIGHT, merge=_MERGE_STRAIGHT),
+                           _mha_like(split=_SPLIT_STRAIGHT), _mha_like(merge=_MERGE_STRAIGHT))),
         Mistake("heads_merged_in_the_wrong_order", "merged the heads in the wrong order",
                 "Concat puts whole heads side by side, head 1 first: transpose to (batch, seq, n_heads, d_head), then "
-                "reshape.", (_with(merge=_MERGE_HEADS_INNER),)),
+                "reshape.", (_mha_like(merge=_MERGE_HEADS_INNER),)),
         Mistake("keys_from_the_queries", "took the keys and values from x instead of from context",
                 "In cross-attention the queries come from x, the keys and values from context: project context with "
-                "w_k and w_v.", (_with(keys_from_x=True),)),
+                "k_proj and v_proj (and x only when context is None).", (_mha_like(keys_from_x=True),)),
+        Mistake("biases_left_out", "multiplied by the layers' weights and left their biases out",
+                "Call the nn.Linear layers themselves rather than multiplying by their `weight`: each adds its "
+                "`bias`, which the trained weights hold.", (_mha_like(bias=False),)),
     ),
     mutants=(
-        Mutant("no_scaling", "divides the scores by nothing", _with(scale=lambda d_model, d_head: 1.0)),
-        Mutant("scaled_by_d_head", "divides by d_head instead of its square root", _with(scale=lambda d_model, d_head: d_head)),
-        Mutant("w_o_transposed", "multiplies by w_o.T", lambda x, c, q, k, v, o, h, m: reference_multi_head(x, c, q, k, v, o.T, h, m)),
+        Mutant("no_scaling", "divides the scores by nothing", _mha_like(scale=lambda d_model, d_head: 1.0)),
+        Mutant("scaled_by_d_head", "divides by d_head instead of its square root",
+               _mha_like(scale=lambda d_model, d_head: d_head)),
+        Mutant("layers_named_otherwise", "computes the right thing with layers named w_q, w_k, w_v, w_o", _NamedOtherwise),
     ),
 )
 
@@ -370,4 +428,4 @@ PREDICT_FLOP_RATIO = predict_number(
     ],
 )
 
-register(SPLIT_HEADS, MERGE_HEADS, MULTI_HEAD_FORWARD, PREDICT_PARAMETERS, PREDICT_FLOP_RATIO)
+register(SPLIT_HEADS, MERGE_HEADS, MULTI_HEAD_ATTENTION, PREDICT_PARAMETERS, PREDICT_FLOP_RATIO)

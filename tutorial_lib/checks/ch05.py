@@ -6,9 +6,10 @@
 - ``05.gelu_tanh`` is GPT-2's approximation, compared in float64 so that the exact GELU (a few 1e-4 away) fails.
 - ``05.swiglu`` is LLaMA's gated feed-forward without biases.
 - ``05.swiglu_hidden_size`` is LLaMA's ``d_ff``: two thirds of 4·d_model, rounded *up* to a multiple.
-- ``05.ffn`` (the build exercise) composes them into one FFN for three families: the paper's ReLU, GPT-2's GELU (tanh
-  form) and LLaMA's SwiGLU with the gate and up projections fused; the catalogue holds the composition mistakes (the
-  exact GELU, the fused halves swapped or interleaved, the activation on the output).
+- ``05.ffn`` (the build exercise, a piece of the learner's own transformer) composes them into a ``FeedForward``
+  module of the learner's own for three families: the paper's ReLU, GPT-2's GELU (tanh form) and LLaMA's SwiGLU, with
+  the package's layer names so that trained weights load into it; the catalogue holds the composition mistakes (the
+  exact GELU, the SiLU on the up branch, a sigmoid gate, the activation on the output).
 - ``05.predict_ffn_share`` (predict, then measure) asks for the FFN's share of a base block's parameters, about 2/3.
 - ``05.predict_dead_share`` (predict, then measure, by running the FFN) asks which share of the hidden ReLU units are
   exactly 0 at initialisation on inputs shifted by +3: still about half, since the weights are as often negative.
@@ -29,6 +30,7 @@ from tutorial_lib.feed_forward import FeedForward, SwiGLU
 from tutorial_lib.models.llama import llama_d_ff
 from tutorial_lib.checks.compound import mistake_builder
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
+from tutorial_lib.checks.modules import run_module
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 
 # --- 05.feed_forward ----------------------------------------------------------------------------------------------------
@@ -364,126 +366,134 @@ SWIGLU_HIDDEN_SIZE = Exercise(
 )
 
 
-# --- 05.ffn (build: one feed-forward for the paper, GPT-2 and LLaMA) -------------------------------------------------------
+# --- 05.ffn (build: the learner's FeedForward module, for the paper, GPT-2 and LLaMA) ----------------------------------
 
 FFN_KINDS = ("relu", "gelu_tanh", "swiglu")
 
 
-def reference_ffn(x, w_in, b_in, w_out, b_out, kind):
-    """The position-wise FFN of three model families, from one pair of layers.
-
-    ``"relu"`` (the paper's Eq. (2)) and ``"gelu_tanh"`` (GPT-2): act(x W_in + b_in) W_out + b_out. ``"swiglu"`` (LLaMA,
-    with the gate and up projections fused side by side as some checkpoints store them): the first d_ff columns of
-    x W_in + b_in are the gate, the next d_ff the up branch; (SiLU(gate) ⊙ up) W_out + b_out.
-    """
+def reference_feed_forward_module(d_model: int, d_ff: int, kind: str) -> nn.Module:
+    """The package's feed-forward of three model families: the paper's ReLU FFN and GPT-2's GELU (tanh form), with the
+    layers ``up`` and ``down`` and their biases, or LLaMA's SwiGLU, ``gate``, ``up`` and ``down`` without biases."""
     if kind not in FFN_KINDS:
         raise ValueError(f"kind must be one of {FFN_KINDS}, got {kind!r}")
-    hidden = x @ w_in + b_in
     if kind == "swiglu":
-        gate, up = hidden.chunk(2, dim=-1)
-        return (F.silu(gate) * up) @ w_out + b_out
-    return (F.relu(hidden) if kind == "relu" else reference_gelu_tanh(hidden)) @ w_out + b_out
+        return SwiGLU(d_model, d_ff)
+    return FeedForward(d_model, d_ff, activation=kind)
 
 
-def _ffn_kind_cases(generator: torch.Generator) -> list[Case]:
+def _ffn_weights(d_model: int, d_ff: int, kind: str, generator: torch.Generator,
+                 dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator, dtype=dtype)
+
+    if kind == "swiglu":
+        return {"gate.weight": randn(d_ff, d_model) / math.sqrt(d_model), "up.weight": randn(d_ff, d_model) / math.sqrt(d_model),
+                "down.weight": randn(d_model, d_ff) / math.sqrt(d_ff)}
+    return {"up.weight": randn(d_ff, d_model) / math.sqrt(d_model), "up.bias": randn(d_ff),
+            "down.weight": randn(d_model, d_ff) / math.sqrt(d_ff), "down.bias": randn(d_model)}
+
+
+def _ffn_module_cases(generator: torch.Generator) -> list[Case]:
     def randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         return torch.randn(*shape, generator=generator, dtype=dtype)
 
-    def layers(d_model: int, d_in: int, d_hidden: int, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
-        return {"w_in": randn(d_model, d_in, dtype=dtype) / math.sqrt(d_model), "b_in": randn(d_in, dtype=dtype),
-                "w_out": randn(d_hidden, d_model, dtype=dtype) / math.sqrt(d_hidden), "b_out": randn(d_model, dtype=dtype)}
-
     return [
-        Case.of(x=randn(2, 3, 8), **layers(8, 32, 32), kind="relu", note="the paper's ReLU FFN"),
-        Case.of(x=randn(4, 6, dtype=torch.float64), **layers(6, 24, 24, torch.float64), kind="gelu_tanh",
-                note="GPT-2's GELU in its tanh form, float64"),
-        Case.of(x=randn(2, 5, 8), **layers(8, 2 * 12, 12), kind="swiglu",
-                note="LLaMA's SwiGLU, gate and up fused: w_in holds 2 × 12 columns"),
-        Case.of(x=randn(3, 6, dtype=torch.float64), **layers(6, 2 * 4, 4, torch.float64), kind="swiglu",
-                note="SwiGLU in float64, d_ff = 4"),
-        Case.of(x=randn(1, 8), **layers(8, 16, 16), kind="gelu", note="an unknown kind: a ValueError"),
+        Case.of(d_model=8, d_ff=32, kind="relu", weights=_ffn_weights(8, 32, "relu", generator), x=randn(2, 3, 8),
+                note="the paper's ReLU FFN"),
+        Case.of(d_model=6, d_ff=24, kind="gelu_tanh", weights=_ffn_weights(6, 24, "gelu_tanh", generator, torch.float64),
+                x=randn(4, 6, dtype=torch.float64), note="GPT-2's GELU in its tanh form, float64"),
+        Case.of(d_model=8, d_ff=12, kind="swiglu", weights=_ffn_weights(8, 12, "swiglu", generator), x=randn(2, 5, 8),
+                note="LLaMA's SwiGLU"),
+        Case.of(d_model=6, d_ff=4, kind="swiglu", weights=_ffn_weights(6, 4, "swiglu", generator, torch.float64),
+                x=randn(3, 6, dtype=torch.float64), note="SwiGLU in float64, d_ff = 4"),
+        Case.of(d_model=8, d_ff=16, kind="gelu", weights=_ffn_weights(8, 16, "relu", generator), x=randn(1, 8),
+                note="an unknown kind: a ValueError"),
     ]
 
 
+def _ffn_module_call(cls, args):
+    d_model, d_ff, kind, weights, x = args
+    return run_module(cls, (d_model, d_ff, kind), weights, (x,), what="FeedForward(d_model, d_ff, kind)")
+
+
 @mistake_builder
-def _ffn_kind_with(*, gelu="tanh", split="halves", gate=F.silu, activate="hidden"):
-    """The three-family FFN with one composition choice made wrongly."""
-    def ffn(x, w_in, b_in, w_out, b_out, kind):
-        if kind not in ("relu", "gelu_tanh", "swiglu"):
-            raise ValueError(f"unknown kind {kind!r}")
-        hidden = x @ w_in + b_in
-        if kind == "swiglu":
-            if split == "halves":
-                g, u = hidden.chunk(2, dim=-1)
-            elif split == "swapped":
-                u, g = hidden.chunk(2, dim=-1)
-            else:  # "interleaved": even columns the gate, odd ones the up branch
-                g, u = hidden[..., 0::2], hidden[..., 1::2]
-            return (gate(g) * u) @ w_out + b_out
-        act = torch.relu if kind == "relu" else (
-            (lambda h: F.gelu(h, approximate="tanh")) if gelu == "tanh" else F.gelu)
-        if activate == "output":
-            return act(hidden @ w_out + b_out)
-        return act(hidden) @ w_out + b_out
+def _feed_forward_like(*, gelu="tanh", gate_from="gate", gate=F.silu, activate="hidden"):
+    """A learner's FeedForward module with one choice made wrongly."""
 
-    return ffn
+    class FeedForwardModule(nn.Module):
+        def __init__(self, d_model, d_ff, kind):
+            super().__init__()
+            if kind not in FFN_KINDS:
+                raise ValueError(f"unknown kind {kind!r}")
+            self.kind = kind
+            if kind == "swiglu":
+                self.gate = nn.Linear(d_model, d_ff, bias=False)
+                self.up = nn.Linear(d_model, d_ff, bias=False)
+                self.down = nn.Linear(d_ff, d_model, bias=False)
+            else:
+                self.up, self.down = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
 
+        def forward(self, x):
+            if self.kind == "swiglu":
+                g, u = (self.gate(x), self.up(x)) if gate_from == "gate" else (self.up(x), self.gate(x))
+                return self.down(gate(g) * u)
+            act = torch.relu if self.kind == "relu" else (
+                (lambda h: F.gelu(h, approximate="tanh")) if gelu == "tanh" else F.gelu)
+            if activate == "output":
+                return act(self.down(self.up(x)))
+            return self.down(act(self.up(x)))
 
-def _relu_for_every_kind(x, w_in, b_in, w_out, b_out, kind):
-    if kind not in FFN_KINDS:
-        raise ValueError(f"unknown kind {kind!r}")
-    if kind == "swiglu":
-        return reference_ffn(x, w_in, b_in, w_out, b_out, kind)
-    return torch.relu(x @ w_in + b_in) @ w_out + b_out
+    return FeedForwardModule
 
 
-def _bilinear(x, w_in, b_in, w_out, b_out, kind):  # the gate without its SiLU
-    if kind == "swiglu":
-        gate, up = (x @ w_in + b_in).chunk(2, dim=-1)
-        return (gate * up) @ w_out + b_out
-    return reference_ffn(x, w_in, b_in, w_out, b_out, kind)
+class _ReluForEveryKind(_feed_forward_like()):
+    def forward(self, x):
+        return super().forward(x) if self.kind == "swiglu" else self.down(torch.relu(self.up(x)))
 
 
-def _output_bias_dropped(x, w_in, b_in, w_out, b_out, kind):
-    return reference_ffn(x, w_in, b_in, w_out, torch.zeros_like(b_out), kind)
+class _Bilinear(_feed_forward_like()):  # the gate without its SiLU
+    def forward(self, x):
+        return self.down(self.gate(x) * self.up(x)) if self.kind == "swiglu" else super().forward(x)
+
+
+class _OutputBiasDropped(_feed_forward_like()):
+    def forward(self, x):
+        out = super().forward(x)
+        return out if self.kind == "swiglu" else out - self.down.bias
 
 
 FFN = Exercise(
     id="05.ffn",
     gradients=True,  # trained in the book: a detached or no_grad path must not pass
     forbidden=(FeedForward, SwiGLU),
-    reference=reference_ffn,
-    cases=_ffn_kind_cases,
+    reference=reference_feed_forward_module,
+    call=_ffn_module_call,
+    cases=_ffn_module_cases,
     points=3,
     outputs=("the output",),
     checked=(
-        "the paper's ReLU FFN, GPT-2's GELU in its tanh form (float64), LLaMA's SwiGLU with the gate and up projections "
-        "fused, in float32 and float64, and an unknown kind (ValueError)"
+        "the paper's ReLU FFN, GPT-2's GELU in its tanh form (float64), LLaMA's SwiGLU in float32 and float64, and an "
+        "unknown kind (ValueError); the weights are the cases' own, put in your layers by name, and the gradients with "
+        "respect to them match too"
     ),
     mistakes=(
         Mistake("exact_gelu", "used the exact GELU where GPT-2 uses the tanh form",
                 "`F.gelu` on its own is the erf form; GPT-2's is your `gelu_tanh` (or `F.gelu` with "
-                "`approximate='tanh'`): they "
-                "differ by up to a few 1e-4.", (_ffn_kind_with(gelu="exact"),)),
-        Mistake("gate_and_up_swapped", "took the second half of the columns as the gate",
-                "The gate comes first: of the two halves of the fused hidden layer (split along the last dimension), "
-                "the first is the gate, and SiLU acts on it.",
-                (_ffn_kind_with(split="swapped"),)),
-        Mistake("gate_and_up_interleaved", "split the fused columns alternately (even for the gate, odd for up)",
-                "The two projections are stored side by side, not interleaved: the first d_ff columns are the gate, "
-                "the next d_ff the up branch (the two halves that `chunk` makes along `dim=-1`).",
-                (_ffn_kind_with(split="interleaved"),)),
+                "`approximate='tanh'`): they differ by up to a few 1e-4.", (_feed_forward_like(gelu="exact"),)),
+        Mistake("gate_and_up_swapped", "put the SiLU on the up branch instead of the gate",
+                "SwiGLU(x) = (SiLU(x W_gate) ⊙ x W_up) W_down: SiLU acts on the output of the `gate` layer, and the "
+                "`up` layer's output multiplies it as it is.", (_feed_forward_like(gate_from="up"),)),
         Mistake("sigmoid_gate", "gated with a sigmoid (GLU) instead of SiLU",
                 "SwiGLU's gate is SiLU(a) = a·σ(a), `F.silu`; σ(a) alone is the original GLU.",
-                (_ffn_kind_with(gate=torch.sigmoid),)),
+                (_feed_forward_like(gate=torch.sigmoid),)),
         Mistake("activation_on_the_output", "applied the activation after the second layer instead of the first",
                 "Eq. (2) is act(x W_1 + b_1) W_2 + b_2: the activation acts on the hidden layer, and the output stays "
-                "linear.", (_ffn_kind_with(activate="output"),)),
+                "linear.", (_feed_forward_like(activate="output"),)),
     ),
     mutants=(
-        Mutant("relu_for_every_kind", "uses ReLU for gelu_tanh too", _relu_for_every_kind),
-        Mutant("bilinear", "multiplies the gate and up branch with no SiLU", _bilinear),
-        Mutant("output_bias_dropped", "drops b_out", _output_bias_dropped),
+        Mutant("relu_for_every_kind", "uses ReLU for gelu_tanh too", _ReluForEveryKind),
+        Mutant("bilinear", "multiplies the gate and up branch with no SiLU", _Bilinear),
+        Mutant("output_bias_dropped", "drops the output layer's bias", _OutputBiasDropped),
     ),
 )
 

@@ -17,8 +17,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tutorial_lib.checks.ch04 import _mha_like
+from tutorial_lib.checks.ch05 import _feed_forward_like
 from tutorial_lib.checks.compound import mistake_builder
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
+from tutorial_lib.checks.modules import run_module
+from tutorial_lib.feed_forward import FeedForward
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 from tutorial_lib.multi_head import MultiHeadAttention
 from tutorial_lib.blocks import Residual, TransformerBlock
@@ -409,6 +413,162 @@ PRE_NORM_BLOCK = Exercise(
 )
 
 
+# --- 06.block (the build track's block: the learner's LayerNorm, attention and FFN in a module) ---------------------
+
+
+class BookBlock(nn.Module):
+    """The package's pre-norm GPT block with GPT-2's names for its layers (``ln_1``, ``attn``, ``ln_2``, ``ffn``): what
+    ``TransformerBlock(placement="pre", activation=kind)`` computes, its norms renamed (tested). ``kind`` is the FFN's,
+    "relu" or "gelu_tanh" (GPT-2's; chapter 09's character GPT uses ReLU)."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, kind: str = "gelu_tanh") -> None:
+        super().__init__()
+        self.ln_1, self.ln_2 = LayerNorm(d_model), LayerNorm(d_model)
+        self.attn = MultiHeadAttention(d_model, n_heads)
+        self.ffn = FeedForward(d_model, d_ff, activation=kind)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        h = x + self.attn(self.ln_1(x), mask=mask)
+        return h + self.ffn(self.ln_2(h))
+
+
+def _block_weights(d_model: int, n_heads: int, d_ff: int, generator: torch.Generator,
+                   dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """A book block's parameters drawn afresh: random γ and β (different in the two norms), biases not zero."""
+    with torch.device("meta"):  # the FFN's kind does not change the shapes
+        shapes = {name: p.shape for name, p in BookBlock(d_model, n_heads, d_ff).named_parameters()}
+    weights = {}
+    for name, shape in shapes.items():
+        centre = 1.0 if name.startswith("ln_") and name.endswith("weight") else 0.0
+        scale = 0.5 if name.startswith("ln_") or name.endswith("bias") else 1 / shape[-1] ** 0.5
+        weights[name] = centre + scale * torch.randn(shape, generator=generator, dtype=dtype)
+    return weights
+
+
+def _block_module_cases(generator: torch.Generator) -> list[Case]:
+    def randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return 2 * torch.randn(*shape, generator=generator, dtype=dtype) + 1
+
+    lengths = torch.tensor([5, 3])
+    padding = (torch.arange(5)[None, None, :] < lengths[:, None, None]).expand(2, 5, 5)
+    return [
+        Case.of(d_model=8, n_heads=2, d_ff=32, kind="gelu_tanh", weights=_block_weights(8, 2, 32, generator, torch.float32),
+                x=randn(2, 5, 8), mask=torch.ones(5, 5, dtype=torch.bool).tril(), note="GPT-2's FFN, a causal mask, 2 heads"),
+        Case.of(d_model=8, n_heads=4, d_ff=16, kind="relu", weights=_block_weights(8, 4, 16, generator, torch.float32),
+                x=randn(2, 5, 8), mask=padding, note="a ReLU FFN, a (batch, query_pos, key_pos) padding mask, 4 heads"),
+        Case.of(d_model=4, n_heads=1, d_ff=8, kind="gelu_tanh", weights=_block_weights(4, 1, 8, generator, torch.float64),
+                x=randn(1, 3, 4, dtype=torch.float64), mask=None, note="float64, no mask"),
+    ]
+
+
+def _block_module_call(cls, args):
+    d_model, n_heads, d_ff, kind, weights, x, mask = args
+    return run_module(cls, (d_model, n_heads, d_ff, kind), weights, (x,), {"mask": mask},
+                      what="Block(d_model, n_heads, d_ff, kind)")
+
+
+class _OwnLayerNorm(nn.Module):
+    """A learner's LayerNorm module, written out (the catalogue's blocks may not call the package's)."""
+
+    def __init__(self, d_model: int) -> None:
+        super().__init__()
+        self.weight, self.bias = nn.Parameter(torch.ones(d_model)), nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x: torch.Tensor, *, affine: bool = True) -> torch.Tensor:
+        centred = x - x.mean(-1, keepdim=True)
+        normalized = centred / torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + 1e-5)
+        return normalized * self.weight + self.bias if affine else normalized
+
+
+class _OwnBlock(BookBlock):
+    """The right block made of a learner's parts (chapter 04's and 05's catalogues' right answers): the mistakes below
+    change its forward."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, kind: str = "gelu_tanh") -> None:
+        nn.Module.__init__(self)
+        self.ln_1, self.ln_2 = _OwnLayerNorm(d_model), _OwnLayerNorm(d_model)
+        self.attn = _mha_like()(d_model, n_heads)
+        self.ffn = _feed_forward_like()(d_model, d_ff, kind)
+
+
+def _as_block(compose):
+    """A learner's Block whose forward composes its parts with ``compose`` (a pre_norm_block-like function)."""
+
+    class Block(_OwnBlock):
+        def forward(self, x, mask=None):
+            return compose(x, lambda h: self.attn(h, mask=mask), self.ffn, self.ln_1, self.ln_2)
+
+    return Block  # without the function's recipe: two block mistakes are not composed into one class
+
+
+class _MaskIgnored(_OwnBlock):
+    def forward(self, x, mask=None):
+        h = x + self.attn(self.ln_1(x))
+        return h + self.ffn(self.ln_2(h))
+
+
+class _NormsWithoutAffine(_OwnBlock):
+    def forward(self, x, mask=None):
+        h = x + self.attn(self.ln_1(x, affine=False), mask=mask)
+        return h + self.ffn(self.ln_2(h, affine=False))
+
+
+class _EpsOutsideTheRoot(_OwnBlock):
+    def forward(self, x, mask=None):
+        def norm(module, t):
+            mean = t.mean(-1, keepdim=True)
+            centred = t - mean
+            return centred / (centred.pow(2).mean(-1, keepdim=True).sqrt() + 1e-5) * module.weight + module.bias
+
+        h = x + self.attn(norm(self.ln_1, x), mask=mask)
+        return h + self.ffn(norm(self.ln_2, h))
+
+
+BLOCK = Exercise(
+    id="06.block",
+    # the package's answers to the pieces: the block is made of the learner's LayerNorm, attention and FFN
+    forbidden=(TransformerBlock, nn.TransformerEncoderLayer, nn.LayerNorm, F.layer_norm, LayerNorm, Residual,
+               MultiHeadAttention, nn.MultiheadAttention, F.scaled_dot_product_attention, FeedForward),
+    gradients=True,  # trained in the book: a detached or no_grad path must not pass
+    reference=BookBlock,
+    call=_block_module_call,
+    cases=_block_module_cases,
+    points=3,
+    outputs=("the block's output",),
+    axes={"the block's output": "batch seq d_model"},
+    checked=(
+        "GPT-2's FFN with a causal mask and 2 heads, a ReLU FFN with a (batch, query_pos, key_pos) padding mask and 4 "
+        "heads, and float64 without a mask; random γ and β in both norms; the weights are the cases' own, put in your layers by name, and the "
+        "gradients with respect to them match too"
+    ),
+    mistakes=(
+        Mistake("post_norm_block", "wrote the paper's post-norm block, LayerNorm(x + Sublayer(x)) twice",
+                "GPT-2's block is pre-norm: each norm acts on its sublayer's input and the stream is left alone: "
+                "h = x + attn(ln_1(x)), then h + ffn(ln_2(h)).", (_as_block(_block_like(arrangement="post")),)),
+        Mistake("one_norm_for_both", "normalized the feed-forward network's input with ln_1, the attention's norm",
+                "Each sublayer has its own norm with its own γ and β: the feed-forward network reads its input through "
+                "`ln_2`.", (_as_block(_block_like(second_norm="norm_1")),)),
+        Mistake("normalized_the_stream", "normalized the residual stream itself before each sublayer",
+                "Keep the normalized copy for the sublayer only: attention's output is added to x itself.",
+                (_as_block(_block_like(arrangement="stream")),)),
+        Mistake("dropped_a_residual", "left out one of the two residual connections",
+                "Both sublayers add to the stream: attention's output to x, and the feed-forward network's output to "
+                "that sum.", (_as_block(_block_like(ffn_residual=False)), _as_block(_block_like(attention_residual=False)))),
+        Mistake("mask_not_passed", "did not pass the mask on to the attention",
+                "forward(x, mask) must hand `mask` to `self.attn`: without it a GPT's position reads the positions "
+                "after it, and padding is attended to.", (_MaskIgnored,)),
+        Mistake("norms_without_gamma_and_beta", "normalized without the norms' learned scale and shift",
+                "Your LayerNorm module holds `weight` (γ) and `bias` (β): multiply by the first and add the second "
+                "after normalizing.", (_NormsWithoutAffine,)),
+    ),
+    mutants=(
+        Mutant("eps_outside_the_root", "adds ε to the standard deviation instead of the variance", _EpsOutsideTheRoot),
+        Mutant("feed_forward_first", "runs the feed-forward network before attention",
+               _as_block(_block_like(order="ffn_first"))),
+    ),
+)
+
+
 # --- 06.predict_normalized_length (predict, then measure) ---------------------------------------------------------------
 
 PREDICT_D_MODEL = 256
@@ -491,4 +651,4 @@ PREDICT_DEEP_STREAM = predict_number(
     ],
 )
 
-register(LAYER_NORM, RMS_NORM, PRE_NORM_RESIDUAL, PRE_NORM_BLOCK, PREDICT_NORMALIZED_LENGTH, PREDICT_DEEP_STREAM)
+register(LAYER_NORM, RMS_NORM, PRE_NORM_RESIDUAL, PRE_NORM_BLOCK, BLOCK, PREDICT_NORMALIZED_LENGTH, PREDICT_DEEP_STREAM)

@@ -700,11 +700,9 @@ def _judge(exercise: Exercise, obj: Any, time_limit: float) -> _Verdict:
         if got.called is not None:
             return _called_verdict(exercise, got.called)
         if index == 0 and got.raised_by_learner and isinstance(got.error, NotImplementedError):
-            return _Verdict(
-                "not_attempted",
-                "The function still raises NotImplementedError: replace the `raise` line with your solution "
-                "and run both cells again.",
-            )
+            what = "class still raises NotImplementedError: replace the `raise` lines" if isinstance(obj, type) else \
+                "function still raises NotImplementedError: replace the `raise` line"  # a module exercise: a class
+            return _Verdict("not_attempted", f"The {what} with your solution and run both cells again.")
         if got.timed_out:
             return _Verdict("too_slow", f"On {case.describe()}, the call did not finish within {time_limit:g} s: look "
                                         f"for a loop that never ends.", f"did not finish within {time_limit:g} s")

@@ -1,0 +1,19 @@
+import math
+
+import torch
+from jaxtyping import Bool, Float
+from torch import Tensor
+
+
+def scaled_dot_product_attention(
+    q: Float[Tensor, "*batch query_pos d_head"],
+    k: Float[Tensor, "*batch key_pos d_head"],
+    v: Float[Tensor, "*batch key_pos d_value"],
+    mask: Bool[Tensor, "..."] | None = None,
+) -> tuple[Float[Tensor, "*batch query_pos d_value"], Float[Tensor, "*batch query_pos key_pos"]]:
+    """softmax(q kᵀ / √d_k) v, returning ``(out, weights)``.
+
+    Any number of leading batch axes (``*batch`` may be empty, or ``batch n_heads``). ``mask`` is boolean, True
+    where a query may attend to a key, broadcastable to ``(..., query_pos, key_pos)``. Do not modify the arguments.
+    """
+    raise NotImplementedError("write your solution here")

@@ -1,0 +1,31 @@
+import torch
+from jaxtyping import Bool, Float
+from torch import Tensor, nn
+
+from my_transformer.feed_forward import FeedForward  # chapter 05, exercise 5
+from my_transformer.layer_norm import layer_norm  # exercise 1
+from my_transformer.multi_head import MultiHeadAttention  # chapter 04, exercise 3
+
+
+class LayerNorm(nn.Module):
+    """LayerNorm over the last axis with a learned scale ``weight`` (γ) and shift ``bias`` (β); ε = 1e-5."""
+
+    def __init__(self, d_model: int) -> None:
+        super().__init__()
+        raise NotImplementedError("write your solution here")
+
+    def forward(self, x: Float[Tensor, "*batch d_model"]) -> Float[Tensor, "*batch d_model"]:
+        raise NotImplementedError("write your solution here")
+
+
+class Block(nn.Module):
+    """GPT-2's pre-norm block: h = x + attn(ln_1(x)), out = h + ffn(ln_2(h)), the mask handed to the attention."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, kind: str = "gelu_tanh") -> None:
+        super().__init__()
+        raise NotImplementedError("write your solution here")
+
+    def forward(
+        self, x: Float[Tensor, "batch seq d_model"], mask: Bool[Tensor, "..."] | None = None
+    ) -> Float[Tensor, "batch seq d_model"]:
+        raise NotImplementedError("write your solution here")

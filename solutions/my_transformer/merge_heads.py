@@ -1,0 +1,10 @@
+from jaxtyping import Float
+from torch import Tensor
+
+
+def merge_heads(z: Float[Tensor, "batch n_heads seq d_head"]) -> Float[Tensor, "batch seq d_model"]:
+    """Concat(head_1, ..., head_h): every head's d_head columns side by side, head 1 first."""
+    # BEGIN SOLUTION
+    batch, n_heads, seq, d_head = z.shape
+    return z.transpose(1, 2).reshape(batch, seq, n_heads * d_head)
+    # END SOLUTION
