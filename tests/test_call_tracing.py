@@ -19,6 +19,7 @@ from torch.utils.data import DistributedSampler
 from tutorial_lib.attention import scaled_dot_product_attention as package_attention
 from tutorial_lib.checks import chapter_exercises, check
 from tutorial_lib.checks.tracing import CallTrace, Forbidden, callee_codes, describe_callee
+from tutorial_lib.models.gpt import GPT, GPTConfig
 
 from conftest import check_recorded  # a prediction's answer is recorded before its check, as in a notebook
 
@@ -42,8 +43,16 @@ def own_attention(q, k, v, mask=None):
 
 
 def test_the_models_own_forward_is_refused_for_the_forward_pass():
-    refused("08.gpt_forward", lambda model, tokens: model(tokens), "`GPT.forward` from `tutorial_lib.models.gpt`")
-    refused("08.gpt_forward", lambda model, tokens: model.forward(tokens), "`GPT.forward` from `tutorial_lib.models.gpt`")
+    class BooksGPTInside(nn.Module):  # the learner's GPT, made of the package's
+        def __init__(self, d_vocab, n_ctx, d_model, n_heads, n_layers, d_ff, kind="gelu_tanh"):
+            super().__init__()
+            self.inner = GPT(GPTConfig(d_vocab=d_vocab, n_ctx=n_ctx, d_model=d_model, n_heads=n_heads,
+                                       n_layers=n_layers, d_ff=d_ff, activation=kind))
+
+        def forward(self, tokens):
+            return self.inner(tokens)
+
+    assert check_recorded("08.gpt_module", BooksGPTInside).kind == "calls_the_work"
     refused("10.cached_forward", lambda model, tokens, cache: model(tokens, cache=cache),
             "`GPT.forward` from `tutorial_lib.models.gpt`")
 
@@ -112,7 +121,8 @@ def test_the_distributed_sampler_is_refused_for_rank_indices():
 
 def test_an_answer_checked_off_the_main_thread_is_traced_too():
     results = []
-    worker = threading.Thread(target=lambda: results.append(check("08.gpt_forward", lambda m, t: m(t))))
+    worker = threading.Thread(target=lambda: results.append(
+        check("03.attention", lambda q, k, v, mask=None: package_attention(q, k, v, mask))))
     worker.start()
     worker.join()
     assert results[0].kind == "calls_the_work"
@@ -128,14 +138,12 @@ def test_the_learners_own_helpers_and_torch_softmax_pass():
     assert check("03.attention", mine).passed
 
 
-def test_the_blocks_of_the_model_a_case_hands_over_may_be_called():
-    def forward(model, tokens):
-        x = model.embed(tokens) + model.pos_embed(tokens.shape[1])
-        for block in model.blocks:
-            x = block(x, causal=True)
-        return model.unembed(model.ln_final(x))
+def test_the_modules_a_case_hands_over_may_be_called():
+    def block(x, attention, feed_forward, norm_1, norm_2):  # the package's attention, handed over by the case
+        h = x + attention(norm_1(x))
+        return h + feed_forward(norm_2(h))
 
-    assert check("08.gpt_forward", forward).passed
+    assert check("06.pre_norm_block", block).passed
 
 
 def test_only_calls_with_the_learners_code_below_them_count():

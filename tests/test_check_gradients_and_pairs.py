@@ -98,7 +98,7 @@ def test_gradients_are_compared_for_parameters_too():
 TRAINED = ["02.scaled_embedding", "02.embed_inputs", "03.attention", "03.padded_causal_attention",
            "04.multi_head_attention", "05.feed_forward", "05.gelu_tanh", "05.swiglu", "05.ffn", "06.layer_norm",
            "06.rms_norm", "06.pre_norm_residual", "06.pre_norm_block", "06.block", "07.encoder_layer", "07.decoder_layer",
-           "07.label_smoothed_loss", "08.gpt_forward",
+           "07.label_smoothed_loss", "08.gpt_module",
            "10.kv_cache_attention", "12.apply_rope", "12.llama_block", "12.repeat_kv", "13.banded_attention",
            "13.causal_linear_attention", "14.mlm_loss"]
 

@@ -18,8 +18,10 @@ from torch import nn
 
 from tutorial_lib import grade
 from tutorial_lib.checks import chapter_exercises, check
+from tutorial_lib.models.gpt import GPT, GPTConfig
 
 from conftest import check_recorded  # a prediction's answer is recorded before its check, as in a notebook
+from test_checks_ch06 import MyAttention, MyBlock, MyLayerNorm  # a learner's chapter 06 block, for their GPT
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -82,27 +84,41 @@ def nanogpt_style(*, embedding_types=None, residual=lambda n: 0.02 / math.sqrt(2
     return init
 
 
-# --- 08.gpt_forward ---------------------------------------------------------------------------------------------------
+# --- 08.gpt_module: a learner's GPT, made of a learner's block (tests/test_checks_ch06.py) ----------------------------
 
 
-def forward_like(*, positions="in", causal=True, norm=True, scale=1.0, last=False, softmax=False, seq_axis=1):
-    def forward(model, tokens):
-        length = tokens.size(seq_axis)
-        h = model.embed(tokens) * scale
-        if positions == "in":
-            h = h + model.pos_embed.weight[:length]
-        for block in model.blocks:
-            h = block(h, causal=causal)
-        if positions == "out":
-            h = h + model.pos_embed.weight[:length]
-        if norm:
-            h = model.ln_final(h)
-        logits = h @ model.unembed.weight.T
-        if last:
-            logits = logits[:, -1, :]
-        return logits.softmax(-1) if softmax else logits
+def gpt_like(*, positions="in", mask="tril", norm=True, scale=False, last=False, softmax=False):
+    class MyGPT(nn.Module):
+        def __init__(self, d_vocab, n_ctx, d_model, n_heads, n_layers, d_ff, kind="gelu_tanh"):
+            super().__init__()
+            self.n_ctx = n_ctx
+            self.embed, self.pos_embed = nn.Embedding(d_vocab, d_model), nn.Embedding(n_ctx, d_model)
+            self.blocks = nn.ModuleList(MyBlock(d_model, n_heads, d_ff, kind) for _ in range(n_layers))
+            self.ln_final = MyLayerNorm(d_model)
+            self.unembed = nn.Linear(d_model, d_vocab, bias=False)
+            self.unembed.weight = self.embed.weight
 
-    return forward
+        def forward(self, tokens):
+            length = tokens.size(1)
+            if length > self.n_ctx:
+                raise ValueError("too long")
+            h = self.embed(tokens) * (math.sqrt(self.embed.embedding_dim) if scale else 1.0)
+            if positions == "in":
+                h = h + self.pos_embed(torch.arange(length))
+            causal = {"tril": torch.tril(torch.ones(length, length)).bool(), "none": None,
+                      "triu": torch.triu(torch.ones(length, length)).bool()}[mask]
+            for block in self.blocks:
+                h = block(h, mask=causal)
+            if positions == "out":
+                h = h + self.pos_embed(torch.arange(length))
+            if norm:
+                h = self.ln_final(h)
+            logits = h @ self.unembed.weight.T
+            if last:
+                logits = logits[:, -1, :]
+            return logits.softmax(-1) if softmax else logits
+
+    return MyGPT
 
 
 LEARNER_MISTAKES = [
@@ -118,14 +134,14 @@ LEARNER_MISTAKES = [
     ("08.gpt2_init", nanogpt_style(names=("out_proj.weight", "up.weight")), "scaled_ffn_up"),
     ("08.gpt2_init", nanogpt_style(zero_bias=False), "biases_not_zeroed"),
     ("08.gpt2_init", nanogpt_style(embedding_types=(nn.Embedding,)), "embeddings_not_initialised"),
-    ("08.gpt_forward", forward_like(norm=False), "no_final_norm"),
-    ("08.gpt_forward", forward_like(positions="none"), "no_positions"),
-    ("08.gpt_forward", forward_like(positions="out"), "positions_after_blocks"),
-    ("08.gpt_forward", forward_like(seq_axis=0), "positions_from_batch_axis"),
-    ("08.gpt_forward", forward_like(causal=False), "not_causal"),
-    ("08.gpt_forward", forward_like(scale=32**0.5), "scaled_embeddings"),
-    ("08.gpt_forward", forward_like(softmax=True), "returned_probabilities"),
-    ("08.gpt_forward", forward_like(last=True), "last_position_only"),
+    ("08.gpt_module", gpt_like(norm=False), "no_final_norm"),
+    ("08.gpt_module", gpt_like(positions="none"), "no_positions"),
+    ("08.gpt_module", gpt_like(positions="out"), "positions_after_blocks"),
+    ("08.gpt_module", gpt_like(mask="none"), "not_causal"),
+    ("08.gpt_module", gpt_like(mask="triu"), "mask_upside_down"),
+    ("08.gpt_module", gpt_like(scale=True), "scaled_embeddings"),
+    ("08.gpt_module", gpt_like(softmax=True), "returned_probabilities"),
+    ("08.gpt_module", gpt_like(last=True), "last_position_only"),
     ("08.predict_gpt2_parameters", lambda: 12 * 12 * 768**2 + 2 * 50257 * 768 + 1024 * 768, "tied_counted_twice"),
     ("08.predict_gpt2_parameters", lambda: 12 * 12 * 768**2, "blocks_only"),
     ("08.predict_gpt2_parameters", lambda: 12 * 4 * 768**2, "attention_only"),
@@ -154,7 +170,7 @@ def test_every_catalogued_mistake_has_a_learner_version_here():
     [
         ("08.count_parameters", count_by_dict_of_ids),
         ("08.gpt2_init", nanogpt_style()),
-        ("08.gpt_forward", forward_like()),
+        ("08.gpt_module", gpt_like()),
     ],
     ids=["dict-of-ids", "nanogpt-style", "matmul-unembedding"],
 )
@@ -217,10 +233,46 @@ def test_an_initialisation_is_checked_on_its_draws_not_only_their_rms():
         assert result.points == 0 and words in result.verdict, result.verdict
 
 
-def test_the_forward_check_sees_the_causal_mask_and_long_verdicts_stay_short():
-    result = check("08.gpt_forward", forward_like(causal=False))
-    assert "<a GPT with d_vocab=50, n_ctx=16, d_model=32, n_heads=4, n_layers=2, tied embeddings>" in result.verdict
-    assert "\n" not in result.verdict and len(result.verdict) < 600
+def test_a_wrong_gpt_that_no_mistake_explains_is_located_at_its_first_differing_module():
+    class WrongAttention(MyAttention):  # the scores scaled by 1/d_head: no catalogued GPT mistake
+        def forward(self, x, context=None, mask=None):
+            return super().forward(x / self.n_heads**0.25, context, mask)
+
+    class WrongGPT(gpt_like()):
+        def __init__(self, *args):
+            super().__init__(*args)
+            for block in self.blocks:
+                block.attn.__class__ = WrongAttention
+
+    result = check("08.gpt_module", WrongGPT)
+    assert result.kind == "wrong_values" and result.mistake is None
+    assert "Your first module whose output differs from the book's model is blocks.0.attn (" in result.verdict
+    assert "\n" not in result.verdict and len(result.verdict) < 900
+
+
+def test_the_gpt_must_be_tied_and_named_as_the_books():
+    class Untied(gpt_like()):
+        def __init__(self, *args):
+            super().__init__(*args)
+            self.unembed.weight = nn.Parameter(self.embed.weight.detach().clone())
+
+    assert "tie them" in check("08.gpt_module", Untied).verdict
+
+
+def test_the_reference_is_the_packages_gpt_with_renamed_norms():
+    from tutorial_lib.build_track import my_gpt_state_dict
+    from tutorial_lib.checks.ch08 import BookGPT
+
+    torch.manual_seed(0)
+    cfg = GPTConfig(d_vocab=13, n_ctx=10, d_model=16, n_heads=2, n_layers=2, activation="relu")
+    package = GPT(cfg).eval()
+    with torch.no_grad():
+        for p in package.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    book = BookGPT(13, 10, 16, 2, 2, cfg.d_ff, "relu").eval()
+    book.load_state_dict(my_gpt_state_dict(package.state_dict()), strict=True)
+    tokens = torch.randint(0, 13, (3, 10))
+    torch.testing.assert_close(book(tokens), package(tokens))
 
 
 def test_the_checks_build_fresh_models_so_a_learner_cannot_change_what_the_reference_sees():
@@ -238,7 +290,7 @@ def test_a_fresh_exercises_notebook_runs_and_scores_zero():
     assert [(g.exercise_id, g.points, g.max_points, g.summary) for g in result.exercises] == [
         ("08.count_parameters", 0, 1, "not attempted yet"),
         ("08.gpt2_init", 0, 2, "not attempted yet"),
-        ("08.gpt_forward", 0, 2, "not attempted yet"),
+        ("08.gpt_module", 0, 4, "not attempted yet"),
         ("08.predict_gpt2_parameters", 0, 1, "not attempted yet"),
         ("08.predict_own_token_share", 0, 1, "not attempted yet"),
     ]

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = [f"{n:02d}" for n in range(1, 15)]
 HEADING = re.compile(r"^## Exercise (\d+) · (.+?) \((\d+) points?\)\s*$", re.MULTILINE)
 HINT = re.compile(r"<details>\s*<summary>\s*Hint (\d) · [^<]+</summary>(.+?)</details>", re.DOTALL)
-CHECK = re.compile(r"""^check\(\s*["'](\d\d\.\w+)["']""", re.MULTILINE)
+CHECK = re.compile(r"""^(?:\w+ = )?check\(\s*["'](\d\d\.\w+)["']""", re.MULTILINE)  # its result kept or not
 
 
 def _solutions(chapter: str) -> nbformat.NotebookNode:

@@ -19,6 +19,7 @@ from tutorial_lib.widgets.attention_costs import (
     measure_attention_costs,
     measure_training_memory,
     best_seconds,
+    best_seconds_taking_turns,
     peak_tensor_memory,
     plot_attention_costs,
     random_qkv,
@@ -82,6 +83,16 @@ def test_best_seconds_calls_warmup_then_repeats() -> None:
         best_seconds(lambda: None, repeats=0)
     with pytest.raises(ValueError, match="warmup"):
         best_seconds(lambda: None, warmup=-1)
+
+
+def test_timed_functions_take_turns_round_by_round() -> None:
+    calls = []
+    best = best_seconds_taking_turns({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, rounds=2, warmup=1)
+    assert calls == ["a", "b"] * 3 and set(best) == {"a", "b"} and min(best.values()) >= 0
+    with pytest.raises(ValueError, match="rounds"):
+        best_seconds_taking_turns({"a": lambda: None}, rounds=0)
+    with pytest.raises(ValueError, match="fns"):
+        best_seconds_taking_turns({})
 
 
 def test_the_five_methods_agree_where_they_should() -> None:

@@ -45,7 +45,7 @@ CELL_TIMEOUT = 120
 # A line that looks like a marker, however spaced or cased; exactly "# BEGIN SOLUTION" / "# END SOLUTION" are valid.
 _MARKER_LIKE = re.compile(r"^\s*#\s*(BEGIN|END)\s*SOLUTION\b", re.IGNORECASE)
 _MARKER = re.compile(r"^(?P<indent>\s*)# (?P<which>BEGIN|END) SOLUTION\s*$")
-_CHECK_CALL = re.compile(r"^\s*check\(", re.MULTILINE)
+_CHECK_CALL = re.compile(r"^\s*(?:\w+ = )?check\(", re.MULTILINE)  # a check, its result kept or not
 _NOTEBOOK_NAME = re.compile(r"^\d\d_[a-z0-9_]+\.ipynb$")
 
 

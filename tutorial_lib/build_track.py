@@ -31,6 +31,7 @@ WRITTEN_BY = {
     "feed_forward": "chapter 05, exercise 5 (the FeedForward module)",
     "layer_norm": "chapter 06, exercise 1 (LayerNorm)",
     "block": "chapter 06, exercise 5 (the LayerNorm and Block modules)",
+    "gpt": "chapter 08, exercise 3 (the GPT module)",
 }
 PACKAGE_DOC = (
     '"""Your own transformer, written by the build exercises (the %%my_transformer cells) of the exercise notebooks.\n\n'
@@ -101,6 +102,19 @@ def require(*names: str, folder: Path | str | None = None) -> None:
             + "\n".join(lines) + "\n"
             "Run that exercise's %%my_transformer cell first (in the same folder as this notebook). In Colab, upload "
             f"your {PACKAGE} folder to the Files pane, or keep it on Google Drive and change to its folder (%cd).")
+
+
+def my_gpt_state_dict(book_state_dict: dict) -> dict:
+    """The book's GPT weights under the names of the learner's GPT (chapter 08): the package's blocks keep each norm in
+    their ``Residual`` (``blocks.0.attn_residual.norm.weight``), the learner's ``Block`` names them as GPT-2 does
+    (``blocks.0.ln_1.weight``). Every other name is the same in both."""
+    renames = {".attn_residual.norm.": ".ln_1.", ".ffn_residual.norm.": ".ln_2."}
+    mapped = {}
+    for name, tensor in book_state_dict.items():
+        for old, new in renames.items():
+            name = name.replace(old, new)
+        mapped[name] = tensor
+    return mapped
 
 
 def my_transformer(line: str, cell: str) -> None:

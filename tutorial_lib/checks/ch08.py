@@ -13,15 +13,23 @@ often the tied model's top prediction is the character it reads, the echo that w
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+from tutorial_lib.blocks import TransformerBlock
+from tutorial_lib.checks.ch06 import BookBlock, _OwnBlock, _OwnLayerNorm
 from tutorial_lib.checks.compound import mistake_builder
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register
+from tutorial_lib.checks.modules import build_module, same_parameters
+from tutorial_lib.feed_forward import FeedForward
+from tutorial_lib.multi_head import MultiHeadAttention
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 from tutorial_lib.counting import count_parameters, parameters_by_module
 from tutorial_lib.embeddings import LearnedPositionalEmbedding, SinusoidalPositionalEncoding, TokenEmbedding
@@ -395,134 +403,275 @@ GPT2_INIT = Exercise(
 )
 
 
-# --- 08.gpt_forward -------------------------------------------------------------------------------------------------
+# --- 08.gpt_module (the build track's milestone: the learner's GPT, with the book's trained weights) -------------------
 
 
-def _randomised(cfg: GPTConfig) -> Callable[[], nn.Module]:
-    """A GPT whose every parameter, biases and norms included, is redrawn, so that each part changes the logits."""
+class BookGPT(nn.Module):
+    """The package's GPT (pre-norm, tied unembedding, the readable attention path) with GPT-2's names for the blocks'
+    norms (``blocks.i.ln_1``, ``blocks.i.ln_2``), as the build track's modules name them: equal to ``GPT`` with the
+    same weights, renamed by :func:`tutorial_lib.build_track.my_gpt_state_dict` (tested)."""
 
-    def make() -> nn.Module:
-        model = GPT(cfg).eval()
-        with torch.no_grad():
-            for module in model.modules():
-                if isinstance(module, LayerNorm):
-                    module.weight.normal_(1.0, 0.2)
-                    module.bias.normal_(0.0, 0.2)
-                else:
-                    for p in module.parameters(recurse=False):
-                        p.normal_(0.0, 0.2)
-        return model
+    def __init__(self, d_vocab: int, n_ctx: int, d_model: int, n_heads: int, n_layers: int, d_ff: int,
+                 kind: str = "gelu_tanh") -> None:
+        super().__init__()
+        self.n_ctx = n_ctx
+        self.embed = nn.Embedding(d_vocab, d_model)
+        self.pos_embed = nn.Embedding(n_ctx, d_model)
+        self.blocks = nn.ModuleList(BookBlock(d_model, n_heads, d_ff, kind) for _ in range(n_layers))
+        self.ln_final = LayerNorm(d_model)
+        self.unembed = nn.Linear(d_model, d_vocab, bias=False)
+        self.unembed.weight = self.embed.weight  # tied, as GPT-2 and the book's character GPT are
 
-    return make
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        seq = tokens.shape[1]
+        if seq > self.n_ctx:
+            raise ValueError(f"tokens has {seq} positions, more than n_ctx={self.n_ctx}")
+        x = self.embed(tokens) + self.pos_embed.weight[:seq]
+        mask = torch.ones(seq, seq, dtype=torch.bool, device=tokens.device).tril()
+        for block in self.blocks:
+            x = block(x, mask=mask)
+        return self.unembed(self.ln_final(x))
 
 
-def _forward_cases(generator: torch.Generator) -> list[Case]:
-    untied = TINY.replace(n_layers=3, tie_embeddings=False)
+@dataclass(frozen=True)
+class GPTSizes:
+    """The arguments of the learner's ``GPT(d_vocab, n_ctx, d_model, n_heads, n_layers, d_ff, kind)``."""
+
+    d_vocab: int
+    n_ctx: int
+    d_model: int
+    n_heads: int
+    n_layers: int
+    d_ff: int
+    kind: str
+
+    def args(self) -> tuple:
+        return (self.d_vocab, self.n_ctx, self.d_model, self.n_heads, self.n_layers, self.d_ff, self.kind)
+
+    def __repr__(self) -> str:
+        return f"GPT{self.args()}"
+
+
+SMALL_GPT = GPTSizes(d_vocab=11, n_ctx=8, d_model=16, n_heads=2, n_layers=2, d_ff=32, kind="gelu_tanh")
+
+
+def _random_gpt_weights(sizes: GPTSizes, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """Every parameter drawn afresh (random γ and β too), the unembedding the token embedding's own tensor (tied)."""
+    with torch.device("meta"):
+        shapes = {name: p.shape for name, p in BookGPT(*sizes.args()).state_dict().items()}
+    weights = {}
+    for name, shape in shapes.items():
+        if name == "unembed.weight":
+            continue
+        centre = 1.0 if name.endswith("weight") and ("ln_" in name) else 0.0
+        weights[name] = centre + 0.3 * torch.randn(shape, generator=generator)
+    weights["unembed.weight"] = weights["embed.weight"]
+    return weights
+
+
+@functools.lru_cache(maxsize=1)
+def book_char_gpt_case() -> tuple[GPTSizes, dict[str, torch.Tensor], torch.Tensor]:
+    """Chapter 09's trained character GPT (the recipe's, from the cache or trained once), its weights in the build
+    track's names, and 4 windows of 64 validation characters."""
+    from tutorial_lib.build_track import my_gpt_state_dict
+    from tutorial_lib.data.shakespeare import load_shakespeare_char
+    from tutorial_lib.recipes import load_or_train_char_gpt
+
+    dataset = load_shakespeare_char()
+    book = load_or_train_char_gpt(dataset, progress=False)
+    cfg = book.cfg
+    sizes = GPTSizes(cfg.d_vocab, cfg.n_ctx, cfg.d_model, cfg.n_heads, cfg.n_layers, cfg.d_ff, cfg.activation)
+    weights = {name: t.detach().clone() for name, t in my_gpt_state_dict(book.state_dict()).items()}
+    weights["unembed.weight"] = weights["embed.weight"]
+    return sizes, weights, dataset.val[: 4 * cfg.n_ctx].view(4, cfg.n_ctx)
+
+
+def _gpt_module_cases(generator: torch.Generator) -> list[Case]:
+    book_sizes, book_weights, book_tokens = book_char_gpt_case()
+    relu = dataclasses.replace(SMALL_GPT, n_layers=3, kind="relu")
     return [
-        Case.of(model=_Model(_describe(TINY), _randomised(TINY)),
-                tokens=torch.randint(0, TINY.d_vocab, (2, TINY.n_ctx), generator=generator), note="a full context"),
-        Case.of(model=_Model(_describe(TINY), _randomised(TINY), seed=1),
-                tokens=torch.randint(0, TINY.d_vocab, (3, 5), generator=generator), note="a shorter sequence"),
-        Case.of(model=_Model(_describe(untied), _randomised(untied), seed=2),
-                tokens=torch.randint(0, TINY.d_vocab, (1, 9), generator=generator)),
+        Case.of(sizes=SMALL_GPT, weights=_random_gpt_weights(SMALL_GPT, generator),
+                tokens=torch.randint(0, 11, (2, 8), generator=generator), note="a full context, every weight random"),
+        Case.of(sizes=relu, weights=_random_gpt_weights(relu, generator),
+                tokens=torch.randint(0, 11, (3, 5), generator=generator), note="a ReLU FFN, a shorter sequence"),
+        Case.of(sizes=SMALL_GPT, weights=_random_gpt_weights(SMALL_GPT, generator),
+                tokens=torch.randint(0, 11, (1, 9), generator=generator), note="9 positions for n_ctx = 8: a ValueError"),
+        # in float64: float32's rounding moves the embedding's gradient (a sum over 256 positions, entries up to
+        # about 55) by up to 5e-4, where a wrong answer moves it by far more
+        Case.of(sizes=book_sizes, weights={name: t.double() for name, t in book_weights.items()},
+                tokens=book_tokens.clone(),
+                note="chapter 09's trained character GPT, in float64, on 4 × 64 validation characters"),
     ]
 
 
-def _forward_call(obj, args):
-    return obj(args[0].build(), args[1])
+def _tied(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The weights with the unembedding the token embedding's own tensor (a case's copy clones the two apart)."""
+    return {**weights, "unembed.weight": weights["embed.weight"]}
+
+
+def _gpt_module_call(cls, args):
+    sizes, weights, tokens = args
+    weights = _tied(weights)
+    module = build_module(cls, sizes.args(), "GPT(d_vocab, n_ctx, d_model, n_heads, n_layers, d_ff, kind)")
+    same_parameters(module, weights, "GPT(d_vocab, n_ctx, d_model, n_heads, n_layers, d_ff, kind)")
+    unembed, embed = getattr(module, "unembed", None), getattr(module, "embed", None)
+    if getattr(unembed, "weight", None) is not getattr(embed, "weight", 0):
+        raise WrongOutput("wrong_type", "your unembed.weight is not embed.weight: tie them (make the unembedding's "
+                                        "weight the token embedding's own Parameter), as the book's GPT does")
+    return torch.func.functional_call(module.eval(), weights, (tokens,), strict=True)
+
+
+def locate_first_difference(cls, args) -> str | None:
+    """The learner's first module (in the order the book's model runs them) whose output differs from the book's."""
+    sizes, weights, tokens = args
+    weights = _tied(weights)
+    outputs: dict[str, dict[str, torch.Tensor]] = {"mine": {}, "book": {}}
+    order: list[str] = []
+    runs = {"mine": build_module(cls, sizes.args(), "GPT"), "book": BookGPT(*sizes.args())}
+    hooks = []
+    for who, module in runs.items():
+        for name, sub in module.named_modules():
+            # torch's own layers compute what their input tells them: a difference there is their parent's
+            if name and not isinstance(sub, (nn.Linear, nn.Embedding, nn.Dropout)):
+                def keep(_module, _inputs, out, who=who, name=name):
+                    if isinstance(out, torch.Tensor):
+                        outputs[who][name] = out.detach()
+                        if who == "book":
+                            order.append(name)
+                hooks.append(sub.register_forward_hook(keep))
+    try:
+        with torch.no_grad():
+            for who, module in runs.items():
+                torch.func.functional_call(module.eval(), weights, (tokens,), strict=True)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    for name in order:
+        mine, book = outputs["mine"].get(name), outputs["book"][name]
+        if mine is None:
+            continue
+        if mine.shape != book.shape:
+            return (f"Your first module whose output differs from the book's model is {name}: its output has shape "
+                    f"{tuple(mine.shape)}, the book's {tuple(book.shape)}.")
+        gap = (mine.double() - book.double()).abs().max().item()
+        if not gap <= 1e-5 + 1e-5 * book.abs().max().item():
+            return (f"Your first module whose output differs from the book's model is {name} (max |Δ| {gap:.3g}): "
+                    f"every module that runs before it agrees, so the difference arises in it or in what your forward "
+                    f"does just before it.")
+    return None
 
 
 @mistake_builder
-def _gpt_forward_like(*, scale=False, positions="before", causal=True, final_norm=True, output="logits"):
-    """A learner's forward pass; each keyword reproduces one way of getting it wrong."""
+def _gpt_module_like(*, scale=False, positions="before", causal="tril", final_norm=True, output="logits"):
+    """A learner's GPT module made of a learner's parts; each keyword reproduces one way of getting it wrong."""
 
-    def gpt_forward(model, tokens):
-        x = model.embed(tokens)
-        if scale:
-            x = x * math.sqrt(model.cfg.d_model)
-        if positions == "before":
-            x = x + model.pos_embed(tokens.shape[1])
-        elif positions == "batch axis":
-            x = x + model.pos_embed(tokens.shape[0])
-        for block in model.blocks:
-            x = block(x, causal=causal)
-        if positions == "after":
-            x = x + model.pos_embed(tokens.shape[1])
-        if final_norm:
-            x = model.ln_final(x)
-        logits = model.unembed(x)
-        if output == "probabilities":
-            return torch.softmax(logits, dim=-1)
-        return logits[:, -1] if output == "last" else logits
+    class MyGPT(nn.Module):
+        def __init__(self, d_vocab, n_ctx, d_model, n_heads, n_layers, d_ff, kind="gelu_tanh"):
+            super().__init__()
+            self.n_ctx = n_ctx
+            self.embed = nn.Embedding(d_vocab, d_model)
+            self.pos_embed = nn.Embedding(n_ctx, d_model)
+            self.blocks = nn.ModuleList(_OwnBlock(d_model, n_heads, d_ff, kind) for _ in range(n_layers))
+            self.ln_final = _OwnLayerNorm(d_model)
+            self.unembed = nn.Linear(d_model, d_vocab, bias=False)
+            self.unembed.weight = self.embed.weight
 
-    return gpt_forward
+        def forward(self, tokens):
+            batch, seq = tokens.shape
+            if seq > self.n_ctx:
+                raise ValueError(f"{seq} positions, more than n_ctx={self.n_ctx}")
+            x = self.embed(tokens)
+            if scale:
+                x = x * math.sqrt(x.shape[-1])
+            if positions == "before":
+                x = x + self.pos_embed.weight[:seq]
+            elif positions == "batch axis":
+                x = x + self.pos_embed.weight[:batch, None]
+            mask = {"tril": torch.ones(seq, seq, dtype=torch.bool).tril(), "none": None,
+                    "triu": torch.ones(seq, seq, dtype=torch.bool).triu()}[causal]
+            for block in self.blocks:
+                x = block(x, mask=mask)
+            if positions == "after":
+                x = x + self.pos_embed.weight[:seq]
+            if final_norm:
+                x = self.ln_final(x)
+            logits = self.unembed(x)
+            if output == "probabilities":
+                return torch.softmax(logits, dim=-1)
+            return logits[:, -1] if output == "last" else logits
 
-
-def _skips_the_blocks(model, tokens):
-    x = model.embed(tokens) + model.pos_embed(tokens.shape[1])
-    return model.unembed(model.ln_final(x))
-
-
-def _unembeds_with_the_token_embedding(model, tokens):  # right only when the embeddings are tied
-    x = model.embed(tokens) + model.pos_embed(tokens.shape[1])
-    for block in model.blocks:
-        x = block(x, causal=True)
-    return model.ln_final(x) @ model.embed.weight.T
-
-
-def _norm_before_the_last_block(model, tokens):
-    x = model.embed(tokens) + model.pos_embed(tokens.shape[1])
-    for block in model.blocks[:-1]:
-        x = block(x, causal=True)
-    return model.unembed(model.blocks[-1](model.ln_final(x), causal=True))
+    return MyGPT
 
 
-GPT_FORWARD = Exercise(
-    id="08.gpt_forward",
-    gradients=True,  # trained in the book: a detached or no_grad path must not pass
-    forbidden=(GPT.forward,),
-    reference=lambda model, tokens: model(tokens),
-    cases=_forward_cases,
-    points=2,
-    call=_forward_call,
+class _SkipsTheBlocks(_gpt_module_like()):
+    def forward(self, tokens):
+        seq = tokens.shape[1]
+        return self.unembed(self.ln_final(self.embed(tokens) + self.pos_embed.weight[:seq]))
+
+
+class _NormBeforeTheLastBlock(_gpt_module_like()):
+    def forward(self, tokens):
+        seq = tokens.shape[1]
+        mask = torch.ones(seq, seq, dtype=torch.bool).tril()
+        x = self.embed(tokens) + self.pos_embed.weight[:seq]
+        for block in self.blocks[:-1]:
+            x = block(x, mask=mask)
+        return self.unembed(self.blocks[-1](self.ln_final(x), mask=mask))
+
+
+GPT_MODULE = Exercise(
+    id="08.gpt_module",
+    gradients=True,  # trained in chapter 09: a detached or no_grad path must not pass
+    # the package's models and the modules the learner built in chapters 03 to 06 are the learner's to use, not these
+    forbidden=(GPT, BookGPT, BookBlock, TransformerBlock, MultiHeadAttention, FeedForward, LayerNorm, nn.LayerNorm,
+               F.layer_norm, nn.MultiheadAttention, F.scaled_dot_product_attention, nn.TransformerDecoderLayer,
+               nn.TransformerEncoderLayer),
+    reference=BookGPT,
+    call=_gpt_module_call,
+    localize=locate_first_difference,
+    cases=_gpt_module_cases,
+    points=4,
     outputs=("the logits tensor",),
     checked=(
-        "tied and untied GPTs with every parameter randomised, on a full context, a shorter sequence and a "
-        "single sequence: logits of shape (batch, seq, d_vocab) equal to the package's GPT.forward"
+        "GPTs with every weight random (GPT-2's and a ReLU FFN, a full context and a shorter one), 9 positions for "
+        "n_ctx = 8 (a ValueError), and chapter 09's trained character GPT, its weights put in your layers by name (in "
+        "float64), on 4 × 64 validation characters: the logits and the gradients of every weight equal to the book's "
+        "model's"
     ),
     mistakes=(
         Mistake("no_final_norm", "left out the final LayerNorm",
-                "Pre-norm blocks leave the residual stream un-normalised: apply `model.ln_final` before "
-                "`model.unembed`.", (_gpt_forward_like(final_norm=False),)),
+                "Pre-norm blocks leave the residual stream un-normalised: apply `ln_final` before `unembed`.",
+                (_gpt_module_like(final_norm=False),)),
         Mistake("no_positions", "left out the position embeddings",
-                "Without them the model cannot tell positions apart: add the output of `model.pos_embed`, for the "
-                "sequence's length, to the token embeddings.", (_gpt_forward_like(positions="none"),)),
+                "Without them the model cannot tell positions apart: add the rows of `pos_embed` for positions 0 to "
+                "seq - 1 to the token embeddings.", (_gpt_module_like(positions="none"),)),
         Mistake("positions_after_blocks", "added the position embeddings after the blocks",
                 "Positions go in at the bottom, before the first block, so that attention can use them.",
-                (_gpt_forward_like(positions="after"),)),
-        Mistake("positions_from_batch_axis", "took the number of positions from the batch axis",
-                "tokens is (batch, seq): the sequence length is the size of its second axis, not its first.",
-                (_gpt_forward_like(positions="batch axis"),)),
-        Mistake("not_causal", "ran the blocks without the causal mask",
-                "A block attends to every position unless told otherwise: pass `causal=True` to every block, or "
-                "each position reads the tokens it is meant to predict.", (_gpt_forward_like(causal=False),)),
+                (_gpt_module_like(positions="after"),)),
+        Mistake("not_causal", "ran the blocks without a causal mask",
+                "Hand every block the (seq, seq) mask that is True on and below the diagonal: without it each "
+                "position reads the tokens it is meant to predict.", (_gpt_module_like(causal="none"),)),
+        Mistake("mask_upside_down", "masked with the upper triangle, so each position reads the future and not the past",
+                "A position may read itself and the positions before it: True on and *below* the diagonal.",
+                (_gpt_module_like(causal="triu"),)),
         Mistake("scaled_embeddings", "multiplied the token embeddings by √d_model",
                 "That is the paper's §3.4, for its encoder-decoder; GPT-2 adds the embeddings unscaled.",
-                (_gpt_forward_like(scale=True),)),
+                (_gpt_module_like(scale=True),)),
         Mistake("returned_probabilities", "returned probabilities instead of logits",
                 "Return the unembedding's output as it is: the loss (`F.cross_entropy`) and the samplers apply "
-                "the softmax themselves.", (_gpt_forward_like(output="probabilities"),)),
+                "the softmax themselves.", (_gpt_module_like(output="probabilities"),)),
         Mistake("last_position_only", "returned the logits of the last position only",
                 "Training predicts the next token at every position: return all of them, (batch, seq, d_vocab); "
-                "generation picks out the last position itself.", (_gpt_forward_like(output="last"),)),
+                "generation picks out the last position itself.", (_gpt_module_like(output="last"),)),
     ),
     mutants=(
-        Mutant("skips_the_blocks", "goes from the embeddings straight to the unembedding", _skips_the_blocks),
-        Mutant("tied_unembedding_assumed", "unembeds with the token embedding's matrix, wrong when untied",
-               _unembeds_with_the_token_embedding),
-        Mutant("norm_before_last_block", "applies the final norm before the last block", _norm_before_the_last_block),
+        Mutant("skips_the_blocks", "goes from the embeddings straight to the unembedding", _SkipsTheBlocks),
+        Mutant("norm_before_the_last_block", "applies the final norm before the last block", _NormBeforeTheLastBlock),
+        Mutant("positions_from_batch_axis", "takes the positions from the batch axis",
+               _gpt_module_like(positions="batch axis")),
     ),
 )
+
 
 # --- 08.predict_gpt2_parameters (predict, then measure) ----------------------------------------------------------------
 
@@ -607,4 +756,4 @@ PREDICT_OWN_TOKEN_SHARE = predict_number(
     ],
 )
 
-register(COUNT_PARAMETERS, GPT2_INIT, GPT_FORWARD, PREDICT_GPT2_PARAMETERS, PREDICT_OWN_TOKEN_SHARE)
+register(COUNT_PARAMETERS, GPT2_INIT, GPT_MODULE, PREDICT_GPT2_PARAMETERS, PREDICT_OWN_TOKEN_SHARE)

@@ -40,6 +40,7 @@ import importlib
 import json
 import os
 import re
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -201,6 +202,9 @@ class Exercise:
     # Refuses an answer before it is run: returns ``(kind, body, reason)`` for a verdict, or None to go on (a
     # prediction whose record, made before the measurement was shown, is missing or differs from the answer).
     precondition: Callable[[Any], tuple[str, str, str] | None] | None = None
+    # A model the learner assembles: ``localize(obj, args)`` says in a sentence where the answer first departs from the
+    # reference on a case (the first module whose output differs), added to a verdict that names no mistake.
+    localize: Callable[[Any, tuple[Any, ...]], str | None] | None = None
 
     def __post_init__(self) -> None:
         if not _EXERCISE_ID.match(self.id):
@@ -775,6 +779,8 @@ def _judge(exercise: Exercise, obj: Any, time_limit: float) -> _Verdict:
         body += (" Something between the inputs and the output stops or changes the gradient (a `.detach()`, "
                  "`torch.no_grad()`, `.data`, or a value computed outside the graph): the layer computes the right "
                  "numbers but would not train as the reference does.")
+    elif failure.kind in {"wrong_values", "wrong_shape", "wrong_gradients"} and exercise.localize is not None:
+        body += f" It matches none of the known mistakes.{_located(exercise, obj, case)} {FOLDED_HINTS}"
     elif failure.kind in {"wrong_values", "wrong_shape"}:
         body += f" It matches none of the known mistakes. {FOLDED_HINTS}"
     headline, reason = "", _reason(failure.detail)
@@ -786,6 +792,17 @@ def _judge(exercise: Exercise, obj: Any, time_limit: float) -> _Verdict:
         headline = f"raised {type(learner[first].error).__name__}"
         reason = reason.removeprefix(type(learner[first].error).__name__).removeprefix(": ")
     return _Verdict(failure.kind, body, reason, mistakes, headline)
+
+
+def _located(exercise: Exercise, obj: Any, case: Case) -> str:
+    """`` <sentence>`` from the exercise's ``localize`` on the case that failed, or "" when it cannot say."""
+    try:
+        with warnings.catch_warnings(), torch.random.fork_rng(devices=[]):
+            warnings.simplefilter("ignore")
+            sentence_ = exercise.localize(obj, fresh_copy(case.args))
+    except Exception:  # the learner's model already ran on this case: a failure here only means no location
+        return ""
+    return f" {sentence(sentence_)}" if sentence_ else ""
 
 
 _graded_cell_secret: str | None = None

@@ -110,6 +110,27 @@ def best_seconds(fn: Callable[[], Any], *, repeats: int = 3, warmup: int = 1) ->
     return min(times)
 
 
+def best_seconds_taking_turns(fns: dict[str, Callable[[], Any]], *, rounds: int = 5, warmup: int = 1) -> dict[str, float]:
+    """:func:`best_seconds` for several functions compared with each other: each round calls every function once, in
+    turn, so that a slow spell of a shared machine falls on all of them alike rather than on one; the shortest time
+    of each over ``rounds`` rounds, after ``warmup`` untimed rounds."""
+    _check_positive_int("rounds", rounds)
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be a non-negative int, got {warmup!r}")
+    if not fns:
+        raise ValueError("fns must hold at least one function to time")
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: min(values) for name, values in times.items()}
+
+
 def fit_exponent(lengths: Sequence[float], values: Sequence[float]) -> float:
     """The slope ``p`` of the least-squares line through ``(log n, log value)``: the exponent of ``value ∝ n^p``."""
     if len(lengths) != len(values) or len(lengths) < 2:
