@@ -12,7 +12,9 @@ The notebooks register the magic through :func:`tutorial_lib.environment.setup_n
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import importlib.util
 import os
 import re
 import sys
@@ -58,12 +60,21 @@ def _checked_name(name: str) -> str:
 
 
 def _write_if_changed(path: Path, text: str) -> None:
-    """Write atomically (a notebook run beside another never reads half a file), and only when the text changed."""
+    """Write atomically (a notebook run beside another never reads half a file), and only when the text changed.
+
+    A cached ``.pyc`` is trusted while the source keeps its size and its modification time in whole seconds, so a
+    cell edited and run again within a second could import its old version: the new file gets a later second, and
+    this process's cached bytecode of it is removed."""
     if path.exists() and path.read_text(encoding="utf-8") == text:
         return
+    before = path.stat().st_mtime if path.exists() else None
     with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, delete=False, suffix=".tmp") as file:
         file.write(text)
     os.replace(file.name, path)
+    if before is not None and int(path.stat().st_mtime) <= int(before):
+        os.utime(path, (int(before) + 1, int(before) + 1))
+    with contextlib.suppress(OSError, NotImplementedError, ValueError):
+        Path(importlib.util.cache_from_source(str(path))).unlink()
 
 
 def save_module(name: str, cell_body: str, folder: Path | str | None = None) -> Path:
