@@ -178,3 +178,15 @@ def test_normalise_dates_refuses_before_decoding():
         normalise_dates(model, ["1" * 200])
     with pytest.raises(ValueError, match=r"^beam_width must be a positive int, got 0"):
         normalise_dates(model, ["3 March 1997"], beam_width=0)
+
+
+@pytest.mark.parametrize("shapes", [((2, 3), (3,)), ((2, 1), (1, 4)), ((2, 3), (4,)), ((), (5,)), ((1,), ()),
+                                    ((2, 0), (1,)), ((2, 0), (3,)), ((4, 1, 3), (5, 1), (1,))])
+def test_the_attention_checks_broadcast_as_torch_does(shapes):
+    from tutorial_lib.validation import broadcast_shapes
+
+    try:
+        expected = tuple(torch.broadcast_shapes(*shapes))
+    except RuntimeError:
+        expected = None
+    assert broadcast_shapes(*shapes) == expected

@@ -86,12 +86,18 @@ def test_every_file_of_the_track_is_committed_in_both_folders_and_named_in_the_r
 
 
 @pytest.mark.usefixtures("fresh_imports")
-def test_the_solutions_files_pass_their_checks_and_the_stubs_score_nothing():
+@pytest.mark.parametrize(("name", "answer", "exercise_id"), [
+    ("multi_head", "MultiHeadAttention", "04.multi_head_attention"),
+    ("training", "train_model", "09.training_loop"),
+    ("cached_attention", "cached_attention", "10.kv_cache_attention"),
+    ("cached_gpt", "CachedGPT", "10.cached_gpt"),
+])
+def test_the_solutions_files_pass_their_checks_and_the_stubs_score_nothing(name, answer, exercise_id):
     for folder, passed in (("solutions", True), ("exercises", False)):
-        for name in [name for name in sys.modules if name == PACKAGE or name.startswith(f"{PACKAGE}.")]:
-            del sys.modules[name]
-        module = load_module("multi_head", ROOT / folder)
-        result = check("04.multi_head_attention", module.MultiHeadAttention)
+        for loaded in [loaded for loaded in sys.modules if loaded == PACKAGE or loaded.startswith(f"{PACKAGE}.")]:
+            del sys.modules[loaded]
+        module = load_module(name, ROOT / folder)
+        result = check(exercise_id, getattr(module, answer))
         assert result.passed is passed, result.verdict
         if not passed:
             assert result.kind == "not_attempted"

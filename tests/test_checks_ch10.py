@@ -60,3 +60,35 @@ def test_draws_from_a_zipf_distribution_repeat_the_head_and_meet_the_tail(predic
     assert predict("10.predict_distinct_tokens", lambda: 1000).mistake == "whole_vocabulary"
     assert predict("10.predict_distinct_tokens", lambda: 67).mistake == "only_the_head"
     assert predict("10.predict_distinct_tokens", lambda: 10).mistake == "a_handful"
+
+
+def test_a_cached_gpt_made_of_the_packages_model_or_cache_is_refused():
+    from tutorial_lib.checks.ch10 import BookCachedGPT, _cached_gpt_like
+    from tutorial_lib.kv_cache import KVCache
+
+    class PackagesCache(_cached_gpt_like()):  # the learner's model, the package's cache
+        def make_kv_cache(self, batch):
+            return KVCache(len(self.blocks), batch, self.n_heads, self.n_ctx, self.d_head)
+
+    assert check("10.cached_gpt", PackagesCache).kind == "calls_the_work"
+    assert check("10.cached_gpt", BookCachedGPT).points == 0
+
+
+def test_a_cached_gpt_whose_cache_is_not_a_list_per_layer_is_told_what_it_should_hold():
+    from tutorial_lib.checks.ch10 import _cached_gpt_like
+
+    class OneTensorCache:  # keys and values as one tensor each, not a list with one per layer
+        def __init__(self):
+            self.keys, self.values, self.length = torch.zeros(0), torch.zeros(0), 0
+
+    class CachedGPT(_cached_gpt_like()):
+        def make_kv_cache(self, batch):
+            return OneTensorCache()
+
+        def forward(self, tokens, cache=None):
+            if cache is not None:
+                cache.length += tokens.shape[1]
+            return super().forward(tokens)
+
+    result = check("10.cached_gpt", CachedGPT)
+    assert result.points == 0 and "the cache's `keys` should be a list of 2 tensors, one per layer" in result.verdict

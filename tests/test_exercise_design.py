@@ -1,4 +1,4 @@
-"""Exercises that teach (the chapter contract): in every chapter 01–14 one build exercise that composes the chapter's
+"""Exercises that teach (the chapter contract): in every chapter 01–15 one build exercise that composes the chapter's
 pieces, one predict-then-measure exercise, two folded hints per exercise (a nudge, then the recipe), and no TODO comment
 that writes the code for the learner.
 
@@ -23,7 +23,7 @@ from tutorial_lib.checks import get_exercise
 from tutorial_lib.checks.prediction import check_as_recorded
 
 ROOT = Path(__file__).resolve().parents[1]
-CHAPTERS = [f"{n:02d}" for n in range(1, 15)]
+CHAPTERS = [f"{n:02d}" for n in range(1, 16)]
 HEADING = re.compile(r"^## Exercise (\d+) · (.+?) \((\d+) points?\)\s*$", re.MULTILINE)
 HINT = re.compile(r"<details>\s*<summary>\s*Hint (\d) · [^<]+</summary>(.+?)</details>", re.DOTALL)
 CHECK = re.compile(r"""^(?:\w+ = )?check\(\s*["'](\d\d\.\w+)["']""", re.MULTILINE)  # its result kept or not

@@ -14,6 +14,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 # Shared argument checks (numpy integers accepted, long arguments shortened), under the names the chapter imports.
+from tutorial_lib.validation import broadcast_shapes
 from tutorial_lib.validation import check_positive_int as _check_positive_int
 from tutorial_lib.validation import shortened as _shortened
 
@@ -153,16 +154,13 @@ def _check_qkv(q: object, k: object, v: object, mask: object) -> None:
         raise ValueError(f"k's last axis (d_head) must equal q's: q {tuple(q.shape)}, k {tuple(k.shape)}")
     if v.shape[-2] != k.shape[-2]:
         raise ValueError(f"v must have one row per key (k's second-to-last axis): k {tuple(k.shape)}, v {tuple(v.shape)}")
-    try:
-        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    except RuntimeError:
+    batch = broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    if batch is None:
         raise ValueError(f"the batch axes of q, k and v do not broadcast: q {tuple(q.shape)}, k {tuple(k.shape)}, "
-                         f"v {tuple(v.shape)}") from None
+                         f"v {tuple(v.shape)}")
     if mask is not None:
         _check_mask(mask)
         scores = (*batch, q.shape[-2], k.shape[-2])
-        try:
-            torch.broadcast_shapes(mask.shape, scores)
-        except RuntimeError:
+        if broadcast_shapes(mask.shape, scores) is None:
             raise ValueError(f"mask must broadcast to the scores' shape {scores} (batch axes, query_pos, key_pos), "
-                             f"got {tuple(mask.shape)}") from None
+                             f"got {tuple(mask.shape)}")

@@ -34,6 +34,12 @@ WRITTEN_BY = {
     "layer_norm": "chapter 06, exercise 1 (LayerNorm)",
     "block": "chapter 06, exercise 5 (the LayerNorm and Block modules)",
     "gpt": "chapter 08, exercise 3 (the GPT module)",
+    "schedule": "chapter 09, exercise 1 (the warm-up + cosine schedule)",
+    "train_step": "chapter 09, exercise 2 (one training step)",
+    "batches": "chapter 09, exercise 3 (the batches of a language model)",
+    "training": "chapter 09, exercise 5 (the training loop)",
+    "cached_attention": "chapter 10, exercise 4 (attention with a KV cache)",
+    "cached_gpt": "chapter 10, exercise 9 (your GPT with a KV cache)",
 }
 PACKAGE_DOC = (
     '"""Your own transformer, written by the build exercises (the %%my_transformer cells) of the exercise notebooks.\n\n'

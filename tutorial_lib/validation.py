@@ -48,3 +48,19 @@ def check_real(name: str, value: object) -> float:
 
 
 __all__ = ["check_int", "check_non_negative_int", "check_positive_int", "check_real", "is_int", "shortened"]
+
+
+
+def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The shape that ``shapes`` broadcast to, or None when they do not. ``torch.broadcast_shapes`` does the same, but
+    its first call in a process imports sympy (about 3 s, 10 under load), which would fall inside a learner's timed
+    check."""
+    longest = max((len(shape) for shape in shapes), default=0)
+    padded = [(1,) * (longest - len(shape)) + tuple(shape) for shape in shapes]  # a missing leading axis is 1
+    result = []
+    for sizes in zip(*padded):
+        wanted = {size for size in sizes if size != 1}
+        if len(wanted) > 1:
+            return None
+        result.append(wanted.pop() if wanted else 1)
+    return tuple(result)

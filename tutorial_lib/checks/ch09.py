@@ -1,4 +1,5 @@
-"""Chapter 09's exercises: the warm-up + cosine schedule, one training step, and the batches of a language model.
+"""Chapter 09's exercises: the warm-up + cosine schedule, one training step, the batches of a language model, and the
+training loop made of them.
 
 - ``09.warmup_cosine_lr`` is checked on the whole curve: the learner's function at every update of a run and ten
   steps past its end, so a warm-up one step off, a cosine cut short or one that climbs back up all show.
@@ -31,7 +32,7 @@ from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutpu
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 from tutorial_lib.data.shakespeare import get_batch
 from tutorial_lib.models.gpt import GPT, GPTConfig
-from tutorial_lib.training import TrainConfig, language_model_loss, make_adamw, train, warmup_cosine_lr
+from tutorial_lib.training import TrainConfig, evaluate, language_model_loss, make_adamw, train, warmup_cosine_lr
 
 # --- 09.warmup_cosine_lr ----------------------------------------------------------------------------------------------
 
@@ -202,10 +203,18 @@ class _Run:
         return f"<{self.description}>"
 
 
+def _paid_before_timing(run: _Run | _LoopRun) -> None:
+    """Build a case's run once before the learner's timed call: the first optimizer a process builds imports
+    torch._dynamo (3 s, and over 10 s on a loaded machine), seconds that are not the learner's."""
+    with torch.random.fork_rng(devices=[]):
+        run.build()
+
+
 def _step_cases(generator: torch.Generator) -> list[Case]:
     def tokens(n_steps: int) -> torch.Tensor:  # (n_steps, batch, n_ctx + 1): each step's inputs and targets
         return torch.randint(_STEP_MODEL.d_vocab, (n_steps, 4, _STEP_MODEL.n_ctx + 1), generator=generator)
 
+    _paid_before_timing(_Run("AdamW, to import what it needs", "adamw", 0.01, eval_mode=False))
     return [
         Case.of(run=_Run("a 1-layer GPT with dropout 0.1, in eval mode; SGD, lr 0.5", "sgd", 0.5, eval_mode=True),
                 tokens=tokens(3), grad_clip=0.05, note="3 steps, clipping active"),
@@ -470,4 +479,223 @@ PREDICT_INITIAL_LOSS = predict_number(
     points=1,
 )
 
-register(WARMUP_COSINE_LR, TRAIN_STEP, GET_BATCH, PREDICT_INITIAL_LOSS)
+
+
+# --- 09.training_loop: the loop made of the learner's schedule and step -----------------------------------------------
+
+
+@dataclass(frozen=True)
+class _LoopRun:
+    """A seeded run for the loop: the model (float64, dropout 0.1), its optimizer built with lr = max_lr, and the
+    training and validation batches, drawn from their own generators; verdicts show ``<description>``."""
+
+    description: str
+    optimizer: str  # "sgd" | "adamw"
+    max_lr: float
+    seed: int
+
+    def build(self) -> tuple[nn.Module, torch.optim.Optimizer, Callable, Callable]:
+        torch.manual_seed(self.seed)
+        model = GPT(_STEP_MODEL).double()
+        if self.optimizer == "sgd":
+            optimizer = torch.optim.SGD(model.parameters(), lr=self.max_lr)
+        else:
+            optimizer = make_adamw(model, lr=self.max_lr, weight_decay=0.1)
+        tokens = torch.randint(_STEP_MODEL.d_vocab, (400,), generator=torch.Generator().manual_seed(self.seed))
+        train_draws = torch.Generator().manual_seed(self.seed + 1)
+        val_draws = torch.Generator().manual_seed(self.seed + 2)
+        n_ctx = _STEP_MODEL.n_ctx
+        return (model, optimizer, lambda: get_batch(tokens[:300], 4, n_ctx, train_draws),
+                lambda: get_batch(tokens[300:], 4, n_ctx, val_draws))
+
+    def __repr__(self) -> str:
+        return f"<{self.description}>"
+
+
+def _loop_cases(generator: torch.Generator) -> list[Case]:
+    _paid_before_timing(_LoopRun("AdamW, to import what it needs", "adamw", 0.01, seed=0))
+    return [
+        Case.of(run=_LoopRun("a 1-layer GPT with dropout 0.1; AdamW (make_adamw)", "adamw", 0.02, seed=0),
+                max_steps=7, min_lr=0.002, warmup_steps=2, grad_clip=0.5, eval_interval=3, eval_batches=2,
+                note="evaluations after updates 3, 6 and 7"),
+        Case.of(run=_LoopRun("the same GPT; SGD", "sgd", 0.5, seed=1), max_steps=4, min_lr=0.05, warmup_steps=0,
+                grad_clip=None, eval_interval=2, eval_batches=3, note="no warm-up, no clipping"),
+        Case.of(run=_LoopRun("the same GPT; AdamW (make_adamw)", "adamw", 0.01, seed=2), max_steps=5, min_lr=0.0,
+                warmup_steps=5, grad_clip=1.0, eval_interval=10, eval_batches=1,
+                note="all warm-up; one evaluation, at the end"),
+    ]
+
+
+def _run_loop(obj, args) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    run, max_steps, min_lr, warmup_steps, grad_clip, eval_interval, eval_batches = args
+    with torch.random.fork_rng(devices=[]):  # model init and dropout draw from the global generator: restore it after
+        model, optimizer, train_batches, val_batches = run.build()
+        returned = obj(model, optimizer, train_batches, val_batches, language_model_loss, max_steps=max_steps,
+                       max_lr=run.max_lr, min_lr=min_lr, warmup_steps=warmup_steps, grad_clip=grad_clip,
+                       eval_interval=eval_interval, eval_batches=eval_batches)
+    if not (isinstance(returned, tuple) and len(returned) == 2 and isinstance(returned[1], dict)):
+        raise WrongOutput("wrong_type", "train_model should return (train_losses, val_losses): a list of floats and a "
+                                        f"dict {{updates done: validation loss}}, got {type(returned).__name__}")
+    train_losses, val_losses = returned
+    evaluated = sorted(val_losses)
+    if not all(isinstance(k, int) and not isinstance(k, bool) for k in evaluated):
+        raise WrongOutput("wrong_type", "val_losses should map the number of updates done (an int) to the loss")
+    parameters = torch.cat([p.detach().flatten() for p in model.parameters()])
+    return (torch.tensor([_as_float(v, "train_model's train_losses") for v in train_losses], dtype=torch.float64),
+            torch.tensor(evaluated, dtype=torch.int64),
+            torch.tensor([_as_float(val_losses[k], "train_model's val_losses") for k in evaluated], dtype=torch.float64),
+            parameters)
+
+
+def reference_train_model(model, optimizer, train_batches, val_batches, loss_fn, *, max_steps, max_lr, min_lr,
+                          warmup_steps, grad_clip, eval_interval, eval_batches):
+    """The package's :func:`~tutorial_lib.training.train` with the same settings, in the exercise's return format."""
+    cfg = TrainConfig(max_steps=max_steps, lr=max_lr, min_lr=min_lr, warmup_steps=warmup_steps, grad_clip=grad_clip,
+                      eval_interval=eval_interval, eval_batches=eval_batches, log_interval=1)
+    history = train(model, train_batches, loss_fn, cfg, device="cpu", val_batches=val_batches, optimizer=optimizer,
+                    progress=False)
+    return history.train_loss, dict(zip(history.eval_steps, history.val_loss))
+
+
+@mistake_builder
+def _loop(*, lr_set="before_update", lr_step="step", eval_mode=True, eval_on="val", when="after_update",
+          n_eval="eval_batches", mean=True, clip=True):
+    """A learner's training loop; each keyword reproduces one way of getting it wrong.
+
+    ``lr_set``: "before_update", "after_update" (the rate set after the step, so each update uses the previous one's)
+    or "never". ``lr_step``: "step" or "step_plus_one" (the schedule read one update ahead). ``eval_mode``: False
+    evaluates with dropout on. ``eval_on``: "val" or "train". ``when``: "after_update" (after every eval_interval-th
+    update and after the last), "before_update" (at steps 0, eval_interval, …, before their update), "no_final" (not
+    after the last update unless it falls on the interval). ``n_eval``: "eval_batches" or "one". ``mean``: False sums
+    the batches' losses. ``clip``: False never hands grad_clip to the step.
+    """
+    def estimate(model, batches, loss_fn, n_batches):
+        return _learners_estimate(model, batches, loss_fn, n_batches, eval_mode=eval_mode, mean=mean)
+
+    def train_model(model, optimizer, train_batches, val_batches, loss_fn, *, max_steps, max_lr, min_lr, warmup_steps,
+                    grad_clip, eval_interval, eval_batches):
+        def set_lr(step):
+            at = step + 1 if lr_step == "step_plus_one" else step
+            for group in optimizer.param_groups:
+                group["lr"] = _learners_lr(at, max_lr=max_lr, warmup_steps=warmup_steps, total_steps=max_steps,
+                                           min_lr=min_lr)
+
+        train_losses, val_losses = [], {}
+        for step in range(max_steps):
+            if when == "before_update" and step % eval_interval == 0:
+                val_losses[step] = estimate(model, val_batches if eval_on == "val" else train_batches, loss_fn,
+                                            eval_batches if n_eval == "eval_batches" else 1)
+            if lr_set == "before_update":
+                set_lr(step)
+            train_losses.append(_learners_step(model, train_batches(), loss_fn, optimizer, grad_clip if clip else None))
+            if lr_set == "after_update":
+                set_lr(step)
+            done = step + 1
+            if when != "before_update" and (done % eval_interval == 0 or (when == "after_update" and done == max_steps)):
+                val_losses[done] = estimate(model, val_batches if eval_on == "val" else train_batches, loss_fn,
+                                            eval_batches if n_eval == "eval_batches" else 1)
+        return train_losses, val_losses
+
+    return train_model
+
+
+def _learners_lr(step, *, max_lr, warmup_steps, total_steps, min_lr=0.0):
+    """A correct schedule written as a learner would (the catalogue's loops must not call the package's)."""
+    if step < warmup_steps:
+        return max_lr * (step + 1) / warmup_steps
+    if step >= total_steps:
+        return min_lr
+    return _cosine(step, max_lr, min_lr, warmup_steps, total_steps - warmup_steps)
+
+
+def _learners_estimate(model, batches, loss_fn, n_batches, *, eval_mode=True, mean=True):
+    """An evaluation written as a learner would: ``mean=False`` sums, ``eval_mode=False`` leaves dropout on."""
+    was_training = model.training
+    model.train(not eval_mode)
+    with torch.no_grad():
+        total = sum(loss_fn(model, batches()).item() for _ in range(n_batches))
+    model.train(was_training)
+    return total / n_batches if mean else total
+
+
+def _learners_step(model, batch, loss_fn, optimizer, grad_clip=None):
+    """A correct training step written as a learner would."""
+    model.train()
+    loss = loss_fn(model, batch)
+    optimizer.zero_grad()
+    loss.backward()
+    if grad_clip is not None:
+        nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    return loss.item()
+
+
+def _evaluates_before_training(model, optimizer, train_batches, val_batches, loss_fn, **settings):
+    """Evaluates once before the first update, as well as when it should: one evaluation too many."""
+    first = {0: _learners_estimate(model, val_batches, loss_fn, settings["eval_batches"])}
+    train_losses, val_losses = _loop()(model, optimizer, train_batches, val_batches, loss_fn, **settings)
+    return train_losses, first | val_losses
+
+
+def _never_evaluates(model, optimizer, train_batches, val_batches, loss_fn, **settings):
+    train_losses, _ = _loop()(model, optimizer, train_batches, val_batches, loss_fn, **settings)
+    return train_losses, {}
+
+
+def _keyed_by_step(model, optimizer, train_batches, val_batches, loss_fn, **settings):
+    train_losses, val_losses = _loop()(model, optimizer, train_batches, val_batches, loss_fn, **settings)
+    return train_losses, {done - 1: loss for done, loss in val_losses.items()}
+
+
+TRAINING_LOOP = Exercise(
+    id="09.training_loop",
+    forbidden=(train, evaluate, warmup_cosine_lr, reference_train_step),
+    reference=reference_train_model,
+    cases=_loop_cases,
+    points=3,
+    call=_run_loop,
+    outputs=("the list of training losses", "the list of updates after which it evaluated",
+             "the list of validation losses", "the parameter vector after training"),
+    tolerance=(1e-9, 1e-12),  # float64 and the same operations: a correct loop agrees to rounding
+    checked=(
+        "7, 4 and 5 updates of a tiny GPT with dropout, with AdamW and SGD, with and without warm-up and clipping, "
+        "evaluating every 3, 2 and 10 updates: the same losses, evaluations and parameters as the package's `train` "
+        "from the same seed, batches and optimizer"
+    ),
+    mistakes=(
+        Mistake("lr_never_set", "never set the learning rate, so every update used the optimizer's max_lr",
+                "The schedule does nothing until its value is in the optimizer: before each update, write it into "
+                "the learning rate of every one of the optimizer's parameter groups.", (_loop(lr_set="never"),)),
+        Mistake("lr_one_update_off", "gave update `step` the learning rate of another update",
+                "Update `step` (counted from 0) runs with the schedule's value at that same step, set *before* its "
+                "training step; setting it after the step, or reading the schedule one step ahead, shifts the whole "
+                "curve by one.",
+                (_loop(lr_set="after_update"), _loop(lr_step="step_plus_one"))),
+        Mistake("evaluated_in_train_mode", "evaluated with dropout on (the model in train mode)",
+                "Put the model in eval mode for the evaluation (`model.eval()`), and back in train mode after it: in "
+                "train mode dropout makes the validation loss noisy, and draws random numbers the training needed.",
+                (_loop(eval_mode=False),)),
+        Mistake("evaluated_on_training_batches", "measured the validation loss on training batches",
+                "Evaluate on `val_batches()`: training batches measure what the model has seen (and drawing them "
+                "changes the batches the next updates get).", (_loop(eval_on="train"),)),
+        Mistake("evaluated_at_the_wrong_updates", "evaluated at the wrong moments",
+                "Evaluate each time the number of updates done (step + 1, not step) is a multiple of eval_interval, "
+                "keyed by that number, and once more after the last update, whatever the interval.",
+                (_loop(when="before_update"), _loop(when="no_final"), _evaluates_before_training)),
+        Mistake("evaluated_too_few_batches", "evaluated one batch instead of `eval_batches`",
+                "Average the loss over `eval_batches` batches: one batch is a noisy estimate.", (_loop(n_eval="one"),)),
+        Mistake("summed_the_validation_losses", "summed the validation batches' losses instead of averaging them",
+                "Divide the sum by the number of batches: the validation loss is a mean, comparable with the training "
+                "loss.", (_loop(mean=False),)),
+        Mistake("never_clipped", "never clipped the gradients",
+                "Hand `grad_clip` to your `train_step`, which clips after `backward()` and before the update.",
+                (_loop(clip=False),)),
+    ),
+    mutants=(
+        Mutant("never_evaluates", "never evaluates", _never_evaluates),
+        Mutant("keyed_by_step", "keys the validation losses by the 0-based step, not by the updates done",
+               _keyed_by_step),
+    ),
+)
+
+register(WARMUP_COSINE_LR, TRAIN_STEP, GET_BATCH, PREDICT_INITIAL_LOSS, TRAINING_LOOP)

@@ -17,15 +17,22 @@ As in ``ch03``, the mistakes are written the way a learner would write them and 
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 from tutorial_lib import sampling as reference
 from tutorial_lib.attention import causal_attention, scaled_dot_product_attention
+from tutorial_lib.checks.ch08 import SMALL_GPT, BookGPT, _gpt_module_like, _random_gpt_weights, _tied, book_char_gpt_case
 from tutorial_lib.checks.compound import mistake_builder
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register
+from tutorial_lib.checks.modules import build_module, same_parameters
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 from tutorial_lib.kv_cache import KVCache, LayerKVCache
 from tutorial_lib.models.gpt import GPT, GPTConfig
+from tutorial_lib.multi_head import MultiHeadAttention
 
 N_DRAWS = 20_000
 FREQUENCY_TOLERANCE = 0.025
@@ -733,5 +740,231 @@ PREDICT_DISTINCT_TOKENS = predict_number(
     ],
 )
 
+# --- 10.cached_gpt (the build track: the learner's GPT of chapter 08, with a KV cache of the learner's) ----------------
+
+
+class _BookCacheView:
+    """The package's :class:`KVCache` seen through the build track's interface: ``keys[i]`` and ``values[i]``, layer
+    i's stored positions, ``(batch, n_heads, length, d_head)``, and ``length``."""
+
+    def __init__(self, cache: KVCache) -> None:
+        self.inner = cache
+
+    @property
+    def length(self) -> int:
+        return self.inner.length
+
+    @property
+    def keys(self) -> list[torch.Tensor]:
+        return [layer.keys[:, :, : layer.length] for layer in self.inner.layers]
+
+    @property
+    def values(self) -> list[torch.Tensor]:
+        return [layer.values[:, :, : layer.length] for layer in self.inner.layers]
+
+
+class BookCachedGPT(BookGPT):
+    """The reference: chapter 08's ``BookGPT`` whose cached forward runs the package's ``MultiHeadAttention`` on the
+    package's :class:`KVCache` (``causal=True``, the mask offset by the cache's length)."""
+
+    def __init__(self, d_vocab: int, n_ctx: int, d_model: int, n_heads: int, n_layers: int, d_ff: int,
+                 kind: str = "gelu_tanh") -> None:
+        super().__init__(d_vocab, n_ctx, d_model, n_heads, n_layers, d_ff, kind)
+        self.n_heads, self.d_head = n_heads, d_model // n_heads
+
+    def make_kv_cache(self, batch: int) -> _BookCacheView:
+        return _BookCacheView(KVCache(len(self.blocks), batch, self.n_heads, self.n_ctx, self.d_head,
+                                      dtype=self.embed.weight.dtype))
+
+    def forward(self, tokens: torch.Tensor, cache: _BookCacheView | None = None) -> torch.Tensor:
+        if cache is None:
+            return super().forward(tokens)
+        offset, seq = cache.length, tokens.shape[1]
+        if offset + seq > self.n_ctx:
+            raise ValueError(f"{offset} cached and {seq} new positions: more than n_ctx={self.n_ctx}")
+        x = self.embed(tokens) + self.pos_embed.weight[offset : offset + seq]
+        for block, layer in zip(self.blocks, cache.inner.layers):
+            x = x + block.attn(block.ln_1(x), causal=True, cache=layer)
+            x = x + block.ffn(block.ln_2(x))
+        return self.unembed(self.ln_final(x))
+
+
+def _cached_gpt_cases(generator: torch.Generator) -> list[Case]:
+    book_sizes, book_weights, book_tokens = book_char_gpt_case()
+    relu = dataclasses.replace(SMALL_GPT, n_layers=3, kind="relu")
+
+    def tokens(sizes, batch: int, seq: int) -> torch.Tensor:
+        return torch.randint(sizes.d_vocab, (batch, seq), generator=generator)
+
+    def double(weights):
+        return {name: t.double() for name, t in weights.items()}
+
+    return [
+        Case.of(sizes=SMALL_GPT, weights=double(_random_gpt_weights(SMALL_GPT, generator)),
+                tokens=tokens(SMALL_GPT, 2, 8), chunks=(3, 1, 1, 2, 1),
+                note="a prompt of 3, single tokens and a chunk of 2, to the full context"),
+        Case.of(sizes=relu, weights=double(_random_gpt_weights(relu, generator)), tokens=tokens(relu, 1, 6),
+                chunks=(1,) * 6, note="a ReLU FFN, one token at a time from an empty cache"),
+        Case.of(sizes=SMALL_GPT, weights=double(_random_gpt_weights(SMALL_GPT, generator)),
+                tokens=tokens(SMALL_GPT, 1, 9), chunks=(6, 3), note="9 positions for n_ctx = 8: a ValueError"),
+        Case.of(sizes=book_sizes, weights=double(book_weights), tokens=book_tokens[:2, :24].clone(),
+                chunks=(16, 1, 1, 1, 5), note="chapter 09's trained character GPT, in float64, on validation text"),
+    ]
+
+
+def _layer_tensors(cache, field: str, n_layers: int) -> torch.Tensor:
+    """Every layer's cached keys (or values) stacked, or WrongOutput that says what the cache should hold."""
+    held = getattr(cache, field, None)
+    if not isinstance(held, (list, tuple)) or len(held) != n_layers or not all(isinstance(t, torch.Tensor) for t in held):
+        raise WrongOutput("wrong_type", f"the cache's `{field}` should be a list of {n_layers} tensors, one per layer, "
+                                        f"each (batch, n_heads, length, d_head); got {type(held).__name__}")
+    if len({tuple(t.shape) for t in held}) != 1:
+        raise WrongOutput("wrong_shape", f"the cache's `{field}` should hold tensors of one shape, (batch, n_heads, "
+                                         f"length, d_head); got {[tuple(t.shape) for t in held]}")
+    return torch.stack([t.detach() for t in held])
+
+
+def _cached_gpt_call(cls, args):
+    sizes, weights, tokens, chunks = args
+    what = "CachedGPT(d_vocab, n_ctx, d_model, n_heads, n_layers, d_ff, kind)"
+    weights = _tied(weights)
+    model = build_module(cls, sizes.args(), what)
+    same_parameters(model, weights, what)
+    model.to(torch.float64).load_state_dict(weights, strict=True)
+    model.eval()
+    if not callable(getattr(model, "make_kv_cache", None)):
+        raise WrongOutput("wrong_type", "CachedGPT needs a method make_kv_cache(batch) that returns an empty KVCache")
+    cache = model.make_kv_cache(tokens.shape[0])
+    logits, lengths, start = [], [], 0
+    with torch.no_grad():
+        for size in chunks:
+            logits.append(model(tokens[:, start : start + size], cache=cache))
+            start += size
+            lengths.append(cache.length)
+    return (torch.cat(logits, dim=1), torch.tensor(lengths), _layer_tensors(cache, "keys", sizes.n_layers),
+            _layer_tensors(cache, "values", sizes.n_layers))
+
+
+class _LearnersCache:
+    """A learner's KV cache: a list of keys and one of values, per layer, starting empty."""
+
+    def __init__(self, n_layers, batch, n_heads, d_head, dtype=torch.float32):
+        self.keys = [torch.zeros(batch, n_heads, 0, d_head, dtype=dtype) for _ in range(n_layers)]
+        self.values = [torch.zeros(batch, n_heads, 0, d_head, dtype=dtype) for _ in range(n_layers)]
+
+    @property
+    def length(self):
+        return self.keys[0].shape[-2]
+
+
+@mistake_builder
+def _cached_gpt_like(*, positions="offset", store=True, chunk_mask=True, residual="stream", ffn=True,
+                     cached_values="values"):
+    """A learner's CachedGPT; each keyword reproduces one way of getting it wrong. ``positions``: "offset" or
+    "from_zero"; ``store``: False never puts the new keys and values in the cache; ``chunk_mask``: False lets every
+    new position see every key; ``residual``: "stream" or "normed" (the attention's output added to ln_1's output);
+    ``ffn``: False skips the feed-forward sublayer; ``cached_values``: "keys" caches the keys in place of the values."""
+
+    class CachedGPT(_gpt_module_like()):
+        def __init__(self, d_vocab, n_ctx, d_model, n_heads, n_layers, d_ff, kind="gelu_tanh"):
+            super().__init__(d_vocab, n_ctx, d_model, n_heads, n_layers, d_ff, kind)
+            self.n_heads, self.d_head = n_heads, d_model // n_heads
+
+        def make_kv_cache(self, batch):
+            return _LearnersCache(len(self.blocks), batch, self.n_heads, self.d_head, self.embed.weight.dtype)
+
+        def forward(self, tokens, cache=None):
+            if cache is None:
+                return super().forward(tokens)
+            batch, seq = tokens.shape
+            offset = cache.length
+            if offset + seq > self.n_ctx:
+                raise ValueError(f"{offset + seq} positions, more than n_ctx={self.n_ctx}")
+            start = offset if positions == "offset" else 0
+            x = self.embed(tokens) + self.pos_embed.weight[start : start + seq]
+            for i, block in enumerate(self.blocks):
+                h = block.ln_1(x)
+                q, k, v = (layer(h).view(batch, seq, self.n_heads, self.d_head).transpose(1, 2)
+                           for layer in (block.attn.q_proj, block.attn.k_proj, block.attn.v_proj))
+                keys = torch.cat([cache.keys[i], k], dim=2)
+                values = torch.cat([cache.values[i], k if cached_values == "keys" else v], dim=2)
+                if store:
+                    cache.keys[i], cache.values[i] = keys, values
+                scores = q @ keys.transpose(-2, -1) / self.d_head ** 0.5
+                if chunk_mask:
+                    allowed = torch.arange(keys.shape[2])[None, :] <= torch.arange(seq)[:, None] + offset
+                    scores = scores.masked_fill(~allowed, float("-inf"))
+                heads = torch.softmax(scores, dim=-1) @ values
+                out = block.attn.out_proj(heads.transpose(1, 2).reshape(batch, seq, -1))
+                x = (h if residual == "normed" else x) + out
+                if ffn:
+                    x = x + block.ffn(block.ln_2(x))
+            return self.unembed(self.ln_final(x))
+
+    return CachedGPT
+
+
+class _RerunsTheWholeSequence(_cached_gpt_like()):
+    """Keeps the tokens and runs the uncached forward on all of them at every call: right logits, no KV cache."""
+
+    def forward(self, tokens, cache=None):
+        if cache is None:
+            return super().forward(tokens)
+        seen = getattr(cache, "tokens", tokens[:, :0])
+        cache.tokens = torch.cat([seen, tokens], dim=1)
+        cache.keys = [torch.zeros(tokens.shape[0], self.n_heads, cache.tokens.shape[1], self.d_head,
+                                  dtype=self.embed.weight.dtype) for _ in self.blocks]
+        cache.values = [k.clone() for k in cache.keys]
+        return super().forward(cache.tokens)[:, -tokens.shape[1]:]
+
+
+CACHED_GPT = Exercise(
+    id="10.cached_gpt",
+    # the package's models and attention, and its KV cache, are not the learner's; their own earlier files are
+    forbidden=(GPT, BookGPT, KVCache, LayerKVCache, MultiHeadAttention, causal_attention, scaled_dot_product_attention,
+               F.scaled_dot_product_attention, nn.MultiheadAttention),
+    reference=BookCachedGPT,
+    call=_cached_gpt_call,
+    cases=_cached_gpt_cases,
+    points=3,
+    outputs=("the tensor of every call's logits, along the positions", "the tensor of the cache's length after each "
+             "call", "the tensor of every layer's cached keys", "the tensor of every layer's cached values"),
+    tolerance=(1e-9, 1e-10),  # float64 throughout
+    checked=(
+        "GPTs with every weight random (GPT-2's and a ReLU FFN) fed a prompt then single tokens and a chunk, one token "
+        "at a time from an empty cache, 9 positions for n_ctx = 8 (a ValueError), and chapter 09's trained character "
+        "GPT, in float64: the logits of every call, the cache's length and every layer's cached keys and values "
+        "equal to the book's GPT with the package's KV cache"
+    ),
+    mistakes=(
+        Mistake("positions_from_zero", "gave the new tokens the positions 0, 1, … instead of continuing after the "
+                "cached ones", "The new tokens are positions `cache.length`, `cache.length` + 1, …: read the length "
+                "before the blocks append to the cache, and take those rows of the position embeddings.",
+                (_cached_gpt_like(positions="from_zero"),)),
+        Mistake("cache_never_grows", "never put the new keys and values in the cache",
+                "Each layer's cache must end up holding the keys and values of every position so far: store what "
+                "your cached attention returns for that layer, so that the next call reads it.",
+                (_cached_gpt_like(store=False),)),
+        Mistake("no_mask_for_the_chunk", "let every new position of a chunk see all the keys, the later new ones too",
+                "A prompt or a chunk of several tokens goes through at once: its first position must not read the "
+                "positions after it. Your cached attention of exercise 4 applies the offset causal mask.",
+                (_cached_gpt_like(chunk_mask=False),)),
+        Mistake("residual_from_the_norm", "added the attention's output to ln_1's output instead of to the stream",
+                "Pre-norm: the norm is applied to the copy that goes into attention; the attention's output is added "
+                "to the residual stream x itself.", (_cached_gpt_like(residual="normed"),)),
+        Mistake("skipped_the_ffn", "left out the feed-forward sublayer in the cached forward",
+                "Each block is attention and then the FFN, each in its pre-norm residual: the cached forward runs "
+                "the same block as the uncached one, only its attention reads the cache.",
+                (_cached_gpt_like(ffn=False),)),
+    ),
+    mutants=(
+        Mutant("reruns_the_whole_sequence", "keeps the tokens and reruns the whole sequence: no keys or values cached",
+               _RerunsTheWholeSequence),
+        Mutant("keys_as_values", "caches each new position's key in place of its value",
+               _cached_gpt_like(cached_values="keys")),
+    ),
+)
+
+
 register(SAMPLE, TOP_K, TOP_P, KV_CACHE_ATTENTION, CACHED_FORWARD, GENERATE, PREDICT_NUCLEUS_SIZE,
-         PREDICT_DISTINCT_TOKENS)
+         PREDICT_DISTINCT_TOKENS, CACHED_GPT)

@@ -22,6 +22,9 @@ from dataclasses import dataclass
 from typing import Any, no_type_check
 
 import torch
+# torch imports this (and sympy) on the first torch.autograd.grad of a process: 3 s, over 10 on a loaded machine. Paid
+# here, when the checks are imported, so that it never falls inside a learner's timed call.
+import torch.fx.experimental.symbolic_shapes  # noqa: F401
 
 from tutorial_lib.checks.tracing import CallTrace, Forbidden, is_library_file
 
