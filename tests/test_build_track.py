@@ -87,6 +87,8 @@ def test_every_file_of_the_track_is_committed_in_both_folders_and_named_in_the_r
 
 @pytest.mark.usefixtures("fresh_imports")
 @pytest.mark.parametrize(("name", "answer", "exercise_id"), [
+    ("embeddings", "TokenEmbedding", "02.token_embedding"),
+    ("embeddings", "PositionEmbedding", "02.position_embedding"),
     ("multi_head", "MultiHeadAttention", "04.multi_head_attention"),
     ("training", "train_model", "09.training_loop"),
     ("cached_attention", "cached_attention", "10.kv_cache_attention"),

@@ -25,6 +25,7 @@ from types import ModuleType
 PACKAGE = "my_transformer"
 # Each file of the learner's package, and the exercise whose cell writes it.
 WRITTEN_BY = {
+    "embeddings": "chapter 02, exercise 7 (the TokenEmbedding and PositionEmbedding modules)",
     "attention": "chapter 03, exercise 1 (scaled dot-product attention)",
     "split_heads": "chapter 04, exercise 1 (split into heads)",
     "merge_heads": "chapter 04, exercise 2 (merge the heads)",

@@ -3,6 +3,7 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 
 from my_transformer.block import Block, LayerNorm  # chapter 06, exercise 5
+from my_transformer.embeddings import PositionEmbedding, TokenEmbedding  # chapter 02, exercise 7
 
 
 class GPT(nn.Module):

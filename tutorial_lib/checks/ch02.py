@@ -8,6 +8,10 @@
 - ``02.embed_inputs`` (the build exercise) composes them into the Transformer's input layer: scaled token rows plus
   the position rows from ``offset`` on; the catalogue holds the composition mistakes (the sum scaled, positions looked up
   by token id or along the batch axis, the offset ignored).
+- ``02.token_embedding`` and ``02.position_embedding`` (the build track's first modules): the learner's
+  ``TokenEmbedding`` and ``PositionEmbedding`` hold their tables as the parameter ``weight`` and look them up
+  themselves (no ``nn.Embedding``, ``F.embedding`` or package module); the checks put the case's table in by name and
+  compare the rows and the table's gradient.
 - ``02.predict_position_norm`` (predict, then measure) asks for the norm of one sinusoidal encoding: √(d_model / 2),
   since each (sin, cos) pair adds 1 to the squared norm.
 - ``02.predict_position_recovered`` (predict, then measure, on sampled embeddings): how often the position can be read
@@ -21,9 +25,12 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 from tutorial_lib.checks.compound import mistake_builder
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
+from tutorial_lib.checks.modules import run_module
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 from tutorial_lib.embeddings import (
     LearnedPositionalEmbedding,
@@ -506,5 +513,169 @@ PREDICT_POSITION_RECOVERED = predict_number(
     ],
 )
 
+# --- 02.token_embedding and 02.position_embedding (the build track's first modules) -----------------------------------
+
+
+def reference_token_embedding(d_vocab: int, d_model: int, scale: bool = False) -> nn.Module:
+    """The package's TokenEmbedding, built with the exercise's positional ``scale``."""
+    return TokenEmbedding(d_vocab, d_model, scale=scale)
+
+
+def _token_module_cases(generator: torch.Generator) -> list[Case]:
+    def table(d_vocab: int, d_model: int, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+        return {"weight": torch.randn(d_vocab, d_model, generator=generator, dtype=dtype)}
+
+    return [
+        Case.of(sizes=(10, 16, False), weights=table(10, 16), tokens=torch.tensor([[3, 0, 3, 9]]),
+                note="GPT-2's: not scaled"),
+        Case.of(sizes=(50, 64, True), weights=table(50, 64, torch.float64),
+                tokens=torch.randint(50, (2, 5), generator=generator), note="the paper's §3.4: scaled by √64"),
+        Case.of(sizes=(4, 9, True), weights=table(4, 9), tokens=torch.tensor([[1], [2]]), note="scaled by √9 = 3"),
+        Case.of(sizes=(6, 8, False), weights=table(6, 8), tokens=torch.tensor([[2, -1]]),
+                note="a negative id: a ValueError"),
+        Case.of(sizes=(6, 8, False), weights=table(6, 8), tokens=torch.tensor([[5, 6]]),
+                note="an id past d_vocab: a ValueError"),
+    ]
+
+
+def _token_module_call(cls, args):
+    sizes, weights, tokens = args
+    return run_module(cls, sizes, weights, (tokens,), what="TokenEmbedding(d_vocab, d_model, scale)")
+
+
+@mistake_builder
+def _token_module_like(*, factor="sqrt_d_model", when="scale", check_ids=True):
+    """A learner's TokenEmbedding; ``factor`` is what a scaled lookup is multiplied by ("sqrt_d_model", "d_model"),
+    ``when`` when it is scaled ("scale", "always", "never"), ``check_ids`` whether ids are refused outside the table."""
+
+    class MyTokenEmbedding(nn.Module):
+        def __init__(self, d_vocab, d_model, scale=False):
+            super().__init__()
+            self.weight = nn.Parameter(torch.randn(d_vocab, d_model))
+            scaled = {"scale": scale, "always": True, "never": False}[when]
+            self.factor = (math.sqrt(d_model) if factor == "sqrt_d_model" else d_model) if scaled else 1.0
+
+        def forward(self, tokens):
+            if check_ids and (tokens.min() < 0 or tokens.max() >= self.weight.shape[0]):
+                raise ValueError("token id outside the table")
+            return self.weight[tokens] * self.factor
+
+    return MyTokenEmbedding
+
+
+class _OneHotTokenEmbedding(_token_module_like()):
+    def forward(self, tokens):
+        one_hot = torch.nn.functional.one_hot(tokens.clamp(min=0), self.weight.shape[0]).float()
+        return one_hot @ self.weight.float() * self.factor
+
+
+class _DividedTokenEmbedding(_token_module_like()):
+    def forward(self, tokens):
+        rows = super().forward(tokens)
+        return rows / self.factor ** 2 if self.factor != 1.0 else rows
+
+
+_NO_LOOKUP = (TokenEmbedding, LearnedPositionalEmbedding, nn.Embedding, F.embedding)
+
+TOKEN_EMBEDDING = Exercise(
+    id="02.token_embedding",
+    gradients=True,  # trained in the book: a detached or no_grad path must not pass
+    forbidden=_NO_LOOKUP,
+    reference=reference_token_embedding,
+    call=_token_module_call,
+    cases=_token_module_cases,
+    points=2,
+    outputs=("the embeddings",),
+    checked=(
+        "tables of 10, 50, 4 and 6 rows (float32 and float64), unscaled as GPT-2 and scaled as §3.4, their weights "
+        "put in your module by name, and ids outside the table (ValueError): the rows and the gradient of the table"
+    ),
+    mistakes=(
+        Mistake("scale_ignored", "did not scale the rows when `scale` is True",
+                "With `scale=True` (§3.4) the looked-up rows are multiplied by √d_model.",
+                (_token_module_like(when="never"),)),
+        Mistake("always_scaled", "scaled the rows even when `scale` is False",
+                "GPT-2 does not scale its token embedding: multiply by √d_model only when `scale` is True.",
+                (_token_module_like(when="always"),)),
+        Mistake("scaled_by_d_model", "multiplied by d_model instead of √d_model",
+                "§3.4 multiplies by the square root of d_model, not by d_model itself.",
+                (_token_module_like(factor="d_model"),)),
+        Mistake("ids_not_checked", "looked up ids outside the table without refusing them",
+                "A negative id silently reads a row from the end of the table (Python's indexing): raise a "
+                "ValueError for any id below 0 or at least d_vocab before the lookup.",
+                (_token_module_like(check_ids=False),)),
+    ),
+    mutants=(
+        Mutant("one_hot_in_float32", "multiplies a float32 one-hot matrix and clamps the ids", _OneHotTokenEmbedding),
+        Mutant("divided", "divides by √d_model when scaled", _DividedTokenEmbedding),
+    ),
+)
+
+
+def _position_module_cases(generator: torch.Generator) -> list[Case]:
+    table = {"weight": torch.randn(8, 4, generator=generator)}
+    return [
+        Case.of(sizes=(8, 4), weights=table, seq_len=5, offset=0, note="a prompt of 5"),
+        Case.of(sizes=(8, 4), weights=table, seq_len=1, offset=5, note="one new token after 5 cached ones"),
+        Case.of(sizes=(8, 4), weights=table, seq_len=3, offset=4, note="3 new tokens after 4"),
+        Case.of(sizes=(8, 4), weights=table, seq_len=3, offset=6, note="past the table: a ValueError"),
+        Case.of(sizes=(8, 4), weights={"weight": torch.randn(16, 6, generator=generator, dtype=torch.float64)},
+                seq_len=16, offset=0, note="the whole table, float64"),
+    ]
+
+
+def _position_module_call(cls, args):
+    sizes, weights, seq_len, offset = args
+    return run_module(cls, sizes, weights, (seq_len, offset), what="PositionEmbedding(n_ctx, d_model)")
+
+
+def _position_module(rows) -> type:
+    """A learner's PositionEmbedding whose forward reads its table with ``rows(table, seq_len, offset)``."""
+
+    class MyPositionEmbedding(nn.Module):
+        def __init__(self, n_ctx, d_model):
+            super().__init__()
+            self.weight = nn.Parameter(torch.randn(n_ctx, d_model))
+
+        def forward(self, seq_len, offset=0):
+            return rows(self.weight, seq_len, offset)
+
+    return MyPositionEmbedding
+
+
+POSITION_EMBEDDING = Exercise(
+    id="02.position_embedding",
+    gradients=True,
+    forbidden=_NO_LOOKUP,
+    reference=LearnedPositionalEmbedding,
+    call=_position_module_call,
+    cases=_position_module_cases,
+    points=2,
+    outputs=("the rows",),
+    axes={"the rows": "position dimension"},
+    checked=(
+        "a table of 8 positions read for a prompt, for one and three tokens after cached ones and past its end "
+        "(ValueError), and a float64 table of 16 read whole: the rows and the gradient of the table"
+    ),
+    mistakes=(
+        Mistake("offset_ignored", "ignored the offset, so new tokens get the positions of the first ones",
+                "After `offset` cached tokens the next token is position `offset`: read seq_len rows from there.",
+                (_position_module(_rows_like(window="from_zero")),)),
+        Mistake("off_by_one", "started one row too late",
+                "Positions count from 0: the first new token after `offset` cached ones is row offset.",
+                (_position_module(_rows_like(window="one_late")),)),
+        Mistake("no_length_check", "did not refuse a window that runs past the table",
+                "Slicing past the end of a tensor returns fewer rows without an error: raise a ValueError when "
+                "offset + seq_len is more than the table's length.", (_position_module(_rows_like(check=False)),)),
+        Mistake("last_row_only", "returned only the last position's row",
+                "Return one row per new token: seq_len rows.", (_position_module(_rows_like(last_only=True)),)),
+    ),
+    mutants=(
+        Mutant("wraps_around", "wraps past the end of the table instead of refusing", _position_module(_wraps_around)),
+        Mutant("index_error", "raises IndexError instead of ValueError", _position_module(_index_error)),
+    ),
+)
+
+
 register(SINUSOIDAL, POSITION_ROWS, SCALED_EMBEDDING, EMBED_INPUTS, PREDICT_POSITION_NORM,
-         PREDICT_POSITION_RECOVERED)
+         PREDICT_POSITION_RECOVERED, TOKEN_EMBEDDING, POSITION_EMBEDDING)
