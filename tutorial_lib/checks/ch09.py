@@ -480,7 +480,6 @@ PREDICT_INITIAL_LOSS = predict_number(
 )
 
 
-
 # --- 09.training_loop: the loop made of the learner's schedule and step -----------------------------------------------
 
 
@@ -599,13 +598,10 @@ def _loop(*, lr_set="before_update", lr_step="step", eval_mode=True, eval_on="va
     return train_model
 
 
-def _learners_lr(step, *, max_lr, warmup_steps, total_steps, min_lr=0.0):
-    """A correct schedule written as a learner would (the catalogue's loops must not call the package's)."""
-    if step < warmup_steps:
-        return max_lr * (step + 1) / warmup_steps
-    if step >= total_steps:
-        return min_lr
-    return _cosine(step, max_lr, min_lr, warmup_steps, total_steps - warmup_steps)
+# The loop's catalogue is made of the right schedule and step of the two catalogues above (an answer may not call the
+# package's), and of an evaluation written as a learner would.
+_learners_lr = _schedule_like()
+_learners_step = _step()
 
 
 def _learners_estimate(model, batches, loss_fn, n_batches, *, eval_mode=True, mean=True):
@@ -616,18 +612,6 @@ def _learners_estimate(model, batches, loss_fn, n_batches, *, eval_mode=True, me
         total = sum(loss_fn(model, batches()).item() for _ in range(n_batches))
     model.train(was_training)
     return total / n_batches if mean else total
-
-
-def _learners_step(model, batch, loss_fn, optimizer, grad_clip=None):
-    """A correct training step written as a learner would."""
-    model.train()
-    loss = loss_fn(model, batch)
-    optimizer.zero_grad()
-    loss.backward()
-    if grad_clip is not None:
-        nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-    optimizer.step()
-    return loss.item()
 
 
 def _evaluates_before_training(model, optimizer, train_batches, val_batches, loss_fn, **settings):
