@@ -21,7 +21,9 @@ request to another origin is blocked and is a failure. On every page, at both wi
   after each move the picture shown changes and the label of the view shown names every control's value;
 - axe-core (npm, pinned in ``tools/book_assets.py``, injected from ``.book-assets/``) finds no serious or critical
   violation of WCAG 2.x A/AA (at 390 px on a page of each kind, ``AXE_PHONE_PAGES``); every image of the article has an alt text that says what it shows (not a file name);
-- the page's HTML and the images it loads weigh under 2 MB.
+- the page's HTML and the images it loads weigh under 2 MB;
+- every cell that holds an exercise's answer (``tools/answer_overlap.py``) is folded: closed, its code hidden, the
+  line on the fold naming the exercise to try first (also for a screen reader); a click on it shows the code.
 
 Once: the search finds "softmax" and leads to chapter 03; chapter 03 with the theme in dark mode passes every check
 above, its figures are opaque, and axe-core's colour contrast holds in dark colours. A failure names the page, the
@@ -110,6 +112,15 @@ def _markdown_of(page: str, root: Path = ROOT) -> str:
                     texts.extend(output.get("data", {}).get(mime, "") for mime in ("text/markdown", "text/latex"))
         return "\n\n".join(texts)
     return (root / f"{page}.md").read_text(encoding="utf-8")
+
+
+def _folded_prompts(page: str, root: Path = ROOT) -> list[str]:
+    """The line shown on each folded cell of a page (an exercise's answer, ``tools/answer_overlap.py``), in order."""
+    notebook = root / f"{page}.ipynb"
+    if not notebook.exists():
+        return []
+    return [cell.metadata["mystnb"]["code_prompt_show"] for cell in nbformat.read(notebook, as_version=4).cells
+            if cell.cell_type == "code" and "hide-input" in cell.metadata.get("tags", [])]
 
 
 FENCE = re.compile(r"^(?P<fence>```+|~~~+)(?P<info>[^\n]*)\n.*?^(?P=fence)\s*$", re.MULTILINE | re.DOTALL)
@@ -458,6 +469,34 @@ async def _drive_widgets(page, report: PageReport, viewport_width: int) -> None:
         report.states += len(seen)
 
 
+FOLDS = """() => Array.from(document.querySelectorAll('.cell.tag_hide-input')).map((cell) => {
+  const details = cell.querySelector('details.hide');
+  const summary = details && details.querySelector('summary');
+  const code = cell.querySelector('.cell_input');
+  return {open: details ? details.open : null, prompt: summary ? summary.innerText.trim() : '',
+          name: summary ? (summary.getAttribute('aria-label') || '') : '',
+          codeShown: code ? code.checkVisibility() : false};  // false inside a closed <details>, whatever its box
+})"""
+
+
+async def _folds(page, report: PageReport, page_name: str) -> None:
+    """Each cell that holds an exercise's answer is folded: closed, its code not shown, the line on the fold naming
+    the exercise (and no other name for a screen reader); one click shows the code."""
+    expected = _folded_prompts(page_name)
+    folds = await page.evaluate(FOLDS)
+    report.check([fold["prompt"] for fold in folds] == expected,
+                 f"folded cells show {[fold['prompt'][:40] for fold in folds]}, the notebook folds {len(expected)}")
+    for fold in folds:
+        report.check(fold["open"] is False and not fold["codeShown"] and not fold["name"],
+                     f"a fold is open, shows its code or hides its line from a screen reader: {fold}")
+    if folds:
+        summary = page.locator(".cell.tag_hide-input details.hide > summary").first
+        await summary.click()
+        shown = await page.locator(".cell.tag_hide-input .cell_input").first.evaluate("(code) => code.checkVisibility()")
+        report.check(shown, "clicking a fold's line does not show its code")
+        await summary.click()
+
+
 async def _accessibility(page, report: PageReport, contrast: bool) -> None:
     """axe-core (the pinned npm package, injected from .book-assets/) on the page: no serious or critical violation
     of WCAG 2.x A/AA. Every rule runs on the whole page; colour contrast only where ``contrast`` (see AXE_CONTRAST)."""
@@ -611,6 +650,7 @@ async def _audit_page(browser, base: str, page_name: str, width_name: str, block
             report.check(backgrounds["figures"] > 0, "no figure to check in dark mode")
             report.check(not backgrounds["transparent"],
                          f"figures transparent on the dark page (no background of their own): {backgrounds['transparent'][:5]}")
+        await _folds(page, report, page_name)
         clock = report.timed("load and layout", clock)
         if width_name == "desktop" or page_name in AXE_PHONE_PAGES:
             await _accessibility(page, report, contrast=width_name in AXE_CONTRAST or page_name == DARK_PAGE)
@@ -814,7 +854,7 @@ def test_every_build_cell_link_of_the_paper_page_lands_on_its_cell():
         html = (HTML / target).read_text(encoding="utf-8")
         at = html.find(f'id="{anchor}"')
         # The id sits on the cell's container (or on an anchor at its start when the cell shows several symbols).
-        cell_start = html.rfind('<div class="cell docutils container"', 0, at + 1) if at >= 0 else -1
+        cell_start = html.rfind('<div class="cell ', 0, at + 1) if at >= 0 else -1  # "cell tag_hide-input …" when folded
         if at < 0 or "tutorial_lib/" not in html[cell_start : cell_start + 3000]:
             missing.append(f"{target}#{anchor}")
     assert missing == []

@@ -20,6 +20,7 @@ from tutorial_lib.widgets.attention_costs import (
     measure_training_memory,
     best_seconds,
     best_seconds_taking_turns,
+    count_torch_calls,
     peak_tensor_memory,
     plot_attention_costs,
     random_qkv,
@@ -93,6 +94,21 @@ def test_timed_functions_take_turns_round_by_round() -> None:
         best_seconds_taking_turns({"a": lambda: None}, rounds=0)
     with pytest.raises(ValueError, match="fns"):
         best_seconds_taking_turns({})
+
+
+def test_timing_on_one_thread_restores_the_thread_count() -> None:
+    before, seen = torch.get_num_threads(), []
+    best_seconds_taking_turns({"a": lambda: seen.append(torch.get_num_threads())}, rounds=1, warmup=0, threads=1)
+    assert seen == [1] and torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="threads"):
+        best_seconds_taking_turns({"a": lambda: None}, threads=0)
+
+
+def test_torch_calls_are_counted_one_by_one() -> None:
+    x = torch.ones(3)
+    assert count_torch_calls(lambda: None) == 0
+    assert count_torch_calls(lambda: torch.exp(x)) == 1
+    assert count_torch_calls(lambda: (x * 2).sum()) == 2
 
 
 def test_the_five_methods_agree_where_they_should() -> None:

@@ -94,3 +94,11 @@ new MutationObserver(() => {
     nameWidgetControls(document);
   });
 }).observe(document.documentElement, {childList: true, subtree: true});
+
+// A folded cell (an exercise's answer, `tools/answer_overlap.py`): MyST-NB names its toggle "Toggle hidden content"
+// for a screen reader, hiding the line that says which exercise to try first. The visible line is its name instead.
+document.addEventListener("DOMContentLoaded", () => {
+  for (const summary of document.querySelectorAll(".tag_hide-input details.hide > summary[aria-label]")) {
+    summary.removeAttribute("aria-label");
+  }
+});

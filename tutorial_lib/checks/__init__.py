@@ -35,9 +35,10 @@ from tutorial_lib.checks.core import (
     chapter_exercises,
     check,
     get_exercise,
+    passes,
     register,
 )
 from tutorial_lib.checks.prediction import record_prediction
 
-__all__ = ["Case", "CheckResult", "Exercise", "Mistake", "Mutant", "WrongOutput", "chapter_exercises", "check", "get_exercise", "record_prediction",
-           "register"]
+__all__ = ["Case", "CheckResult", "Exercise", "Mistake", "Mutant", "WrongOutput", "chapter_exercises", "check", "get_exercise", "passes",
+           "record_prediction", "register"]

@@ -30,7 +30,7 @@ import torch
 
 from tutorial_lib import tokenizers as reference
 from tutorial_lib.checks.compound import mistake_builder
-from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register
+from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register, uses_earlier_answer
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 
 # --- 01.count_pairs -----------------------------------------------------------------------------------------------------
@@ -438,6 +438,7 @@ def _merged_string_back(word, merges):
 
 ENCODE_WORD = Exercise(
     id="01.encode_word",
+    precondition=uses_earlier_answer("merge", "01.merge", 3),  # your merge of exercise 3, graded there
     forbidden=(reference.BPETokenizer,),
     reference=reference_encode_word,
     cases=_encode_cases,

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 
 from tutorial_lib.attention import causal_mask
 from tutorial_lib.checks.compound import mistake_builder
-from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
+from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register, uses_earlier_answer
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 from tutorial_lib.models.llama import LlamaBlock, repeat_kv
 from tutorial_lib.multi_head import merge_heads, split_heads
@@ -331,6 +331,7 @@ def _block_gate_up_swapped(x, weights, n_heads, cos, sin, eps=1e-6):
 
 LLAMA_BLOCK = Exercise(
     id="12.llama_block",
+    precondition=uses_earlier_answer("apply_rope", "12.apply_rope", 3),  # your RoPE of exercise 3, graded there
     gradients=True,  # trained in the book: a detached or no_grad path must not pass
     forbidden=(LlamaBlock,),
     reference=reference_llama_block,

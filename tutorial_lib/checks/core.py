@@ -36,6 +36,7 @@ traced (:mod:`tutorial_lib.checks.tracing`).
 from __future__ import annotations
 
 import contextlib
+import dis
 import importlib
 import json
 import os
@@ -328,6 +329,7 @@ KINDS = (
     "calls_the_work",
     "not_recorded",
     "predicted_after_measurement",
+    "earlier_answer_fails",
 )
 _HEADLINES = {
     "passed": "correct",
@@ -347,6 +349,7 @@ _HEADLINES = {
     "calls_the_work": "calls code that does the exercise's work",
     "not_recorded": "prediction not recorded before the measurement",
     "predicted_after_measurement": "predicted after the measurement was shown",
+    "earlier_answer_fails": "uses an earlier answer that does not pass yet",
 }
 
 
@@ -824,6 +827,45 @@ def graded_cell(secret: str) -> Iterator[None]:
         _graded_cell_secret = previous
 
 
+def passes(exercise_id: str, obj: Any, *, time_limit: float | int = DEFAULT_TIME_LIMIT) -> bool:
+    """Whether ``obj`` passes the check of ``exercise_id``, silently (no verdict printed, nothing logged): for a later
+    exercise or a measurement that runs the learner's earlier answer."""
+    try:
+        return _judge(get_exercise(exercise_id), obj, float(time_limit)).kind == "passed"
+    except Exception:  # noqa: BLE001 - the check's own failure is reported by check(), not here
+        return False
+
+
+def _global_names(code: Any) -> set[str]:
+    """The global names a function's code reads (not attributes), its nested functions' and lambdas' included."""
+    names = {instruction.argval for instruction in dis.get_instructions(code) if instruction.opname == "LOAD_GLOBAL"}
+    for constant in code.co_consts:
+        if hasattr(constant, "co_code"):
+            names |= _global_names(constant)
+    return names
+
+
+def uses_earlier_answer(name: str, exercise_id: str, number: int) -> Callable[[Any], tuple[str, str, str] | None]:
+    """An :attr:`Exercise.precondition` for an exercise that builds on an earlier one of the same notebook: an answer
+    that calls the learner's ``name`` (their answer to exercise ``number``, checked by ``exercise_id``) is graded only
+    once that one passes its own check, so that a mistake made there is named there, not here."""
+
+    def earlier_answer_passes(obj: Any) -> tuple[str, str, str] | None:
+        code, namespace = getattr(obj, "__code__", None), getattr(obj, "__globals__", {})
+        if code is None or name not in _global_names(code) or name not in namespace:
+            return None
+        if str(getattr(namespace[name], "__module__", "")).startswith("tutorial_lib"):
+            return None  # not the learner's: the package's, or the catalogue's (a mistake built on the reference)
+        if passes(exercise_id, namespace[name]):
+            return None
+        return ("earlier_answer_fails",
+                f"Your answer calls your `{name}` of exercise {number}, which does not pass its check "
+                f"(`{exercise_id}`) yet. Make that one pass first, then run this check again: this one is graded on "
+                f"top of it.", f"its `{name}` of exercise {number} does not pass yet")
+
+    return earlier_answer_passes
+
+
 def check(
     exercise_id: str, obj: Any, *, strict: bool | None = None, time_limit: float | int = DEFAULT_TIME_LIMIT
 ) -> CheckResult:
@@ -893,5 +935,7 @@ __all__ = [
     "check",
     "get_exercise",
     "graded_cell",
+    "passes",
     "register",
+    "uses_earlier_answer",
 ]

@@ -110,25 +110,57 @@ def best_seconds(fn: Callable[[], Any], *, repeats: int = 3, warmup: int = 1) ->
     return min(times)
 
 
-def best_seconds_taking_turns(fns: dict[str, Callable[[], Any]], *, rounds: int = 5, warmup: int = 1) -> dict[str, float]:
+def best_seconds_taking_turns(
+    fns: dict[str, Callable[[], Any]], *, rounds: int = 5, warmup: int = 1, threads: int | None = None
+) -> dict[str, float]:
     """:func:`best_seconds` for several functions compared with each other: each round calls every function once, in
     turn, so that a slow spell of a shared machine falls on all of them alike rather than on one; the shortest time
-    of each over ``rounds`` rounds, after ``warmup`` untimed rounds."""
+    of each over ``rounds`` rounds, after ``warmup`` untimed rounds. ``threads`` (default: torch's current count) runs
+    them on that many threads, restored afterwards: one thread compares the work itself, not how well each function
+    spreads over cores that other programs may be using too."""
     _check_positive_int("rounds", rounds)
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"warmup must be a non-negative int, got {warmup!r}")
+    if threads is not None:
+        _check_positive_int("threads", threads)
     if not fns:
         raise ValueError("fns must hold at least one function to time")
-    for _ in range(warmup):
-        for fn in fns.values():
-            fn()
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads or previous)
+    try:
+        for _ in range(warmup):
+            for fn in fns.values():
+                fn()
+        times: dict[str, list[float]] = {name: [] for name in fns}
+        for _ in range(rounds):
+            for name, fn in fns.items():
+                start = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(previous)
     return {name: min(values) for name, values in times.items()}
+
+
+class _TorchCalls(TorchFunctionMode):
+    """Counts the torch functions and tensor methods called while it is active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def count_torch_calls(fn: Callable[[], Any]) -> int:
+    """How many torch functions and tensor methods ``fn()`` calls (``torch.matmul``, ``x.exp()``, ``x[...]``, …): each
+    is a trip through the Python interpreter and PyTorch's dispatcher, a cost paid per call whatever the tensors' size.
+    Deterministic: the same call gives the same count on any machine."""
+    with _TorchCalls() as counter:
+        fn()
+    return counter.count
 
 
 def fit_exponent(lengths: Sequence[float], values: Sequence[float]) -> float:
