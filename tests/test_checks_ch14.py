@@ -226,3 +226,70 @@ def test_the_pairs_without_a_label_are_measured_and_misconceptions_named(predict
     assert predict("14.predict_pairs_without_label", lambda: 0.85).mistake == "one_token_unchosen"
     assert predict("14.predict_pairs_without_label", lambda: 0.049).mistake == "special_tokens_counted"
     assert predict("14.predict_pairs_without_label", lambda: 0.0004).mistake == "padding_counted"
+
+
+# --- 14.bert_module (the build track's BERT) ------------------------------------------------------------------------------
+
+
+def test_the_bert_reference_is_the_packages_pretraining_model_with_renamed_weights():
+    from tutorial_lib.build_track import my_bert_state_dict
+    from tutorial_lib.checks.ch14 import BookBERT
+    from tutorial_lib.models.bert import BERTConfig, BERTForPreTraining
+
+    torch.manual_seed(0)
+    cfg = BERTConfig(d_vocab=13, n_ctx=10, d_model=16, n_heads=2, n_layers=2, d_ff=24, dropout=0.0, eps=1e-6)
+    package = BERTForPreTraining(cfg).eval()
+    with torch.no_grad():
+        for p in package.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    book = BookBERT(13, 10, 16, 2, 2, 24, 2, 1e-6).eval()
+    book.load_state_dict(my_bert_state_dict(package.state_dict()), strict=True)
+    tokens, segments = torch.randint(0, 13, (3, 10)), (torch.arange(10) >= 4).long().expand(3, 10)
+    mask = (torch.arange(10) < torch.tensor([10, 7, 4])[:, None])[:, None, :]
+    torch.testing.assert_close(book(tokens, segments, mask=mask), package(tokens, segments, mask=mask)[0])
+
+
+def _bert_like(**wrong):
+    from tutorial_lib.checks.ch14 import _bert_module_like
+
+    learner = _bert_module_like(**wrong)
+    learner.__module__ = __name__  # written in a notebook, not in the package's catalogue
+    return learner
+
+
+def test_a_right_bert_passes_and_a_gpt_habit_is_named():
+    assert check("14.bert_module", _bert_like()).passed
+    pre_norm = check("14.bert_module", _bert_like(placement="pre"))
+    assert pre_norm.mistake == "pre_norm_blocks" and pre_norm.points == 0
+
+
+def test_a_bert_that_differs_nowhere_known_is_located_at_its_first_wrong_module():
+    from tutorial_lib.checks.ch14 import _OwnAttention
+
+    class ScoresNotScaled(_OwnAttention):
+        def forward(self, x, mask=None):
+            return super().forward(x * 3.0, mask)
+
+    class WrongBERT(_bert_like()):
+        def __init__(self, *args):
+            super().__init__(*args)
+            self.blocks[1].attn.__class__ = ScoresNotScaled
+
+    result = check("14.bert_module", WrongBERT)
+    assert result.kind == "wrong_values" and result.mistake is None
+    assert "Your first module whose output differs from the book's model is blocks.1.attn (" in result.verdict
+
+
+def test_the_packages_bert_and_torchs_layers_score_nothing():
+    from tutorial_lib.models.bert import BERTConfig, BERTForPreTraining
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self, d_vocab, n_ctx, d_model, n_heads, n_layers, d_ff, n_segments=2, eps=1e-12):
+            super().__init__()
+            self.inner = BERTForPreTraining(BERTConfig(d_vocab=d_vocab, n_ctx=n_ctx, d_model=d_model, n_heads=n_heads,
+                                                       n_layers=n_layers, d_ff=d_ff, eps=eps, dropout=0.0))
+
+        def forward(self, tokens, segments=None, mask=None):
+            return self.inner(tokens, segments, mask=mask)[0]
+
+    assert check("14.bert_module", Wrapped).kind in ("calls_the_work", "wrong_type")

@@ -41,6 +41,7 @@ WRITTEN_BY = {
     "training": "chapter 09, exercise 5 (the training loop)",
     "cached_attention": "chapter 10, exercise 4 (attention with a KV cache)",
     "cached_gpt": "chapter 10, exercise 9 (your GPT with a KV cache)",
+    "bert": "chapter 14, exercise 7 (your BERT, with its masked-LM head)",
 }
 PACKAGE_DOC = (
     '"""Your own transformer, written by the build exercises (the %%my_transformer cells) of the exercise notebooks.\n\n'
@@ -133,6 +134,27 @@ def my_gpt_state_dict(book_state_dict: dict) -> dict:
             name = name.replace(old, new)
         mapped[name] = tensor
     return mapped
+
+
+_BERT_RENAMES = {"bert.": "", ".attn_residual.norm.": ".ln_1.", ".ffn_residual.norm.": ".ln_2.", "mlm.dense.": "mlm_dense.",
+                 "mlm.norm.": "mlm_norm.", "mlm.decoder.bias": "mlm_bias"}
+
+
+def my_bert_name(book_name: str) -> str | None:
+    """The learner's name for one weight of the book's pre-trained BERT (``BERTForPreTraining``), or None for one the
+    learner's BERT does not hold: the next-sentence head, and the MLM decoder's matrix (the token embedding, tied)."""
+    if book_name.startswith("nsp.") or book_name == "mlm.decoder.weight":
+        return None
+    for old, new in _BERT_RENAMES.items():
+        book_name = book_name.replace(old, new)
+    return book_name
+
+
+def my_bert_state_dict(book_state_dict: dict) -> dict:
+    """The book's pre-trained BERT's weights under the names of the learner's BERT (chapter 14): the encoder's without
+    the ``bert.`` prefix and with GPT-2's names for the blocks' norms (``ln_1`` after attention, ``ln_2`` after the
+    FFN), the masked-LM head as ``mlm_dense``, ``mlm_norm`` and ``mlm_bias``; see :func:`my_bert_name`."""
+    return {new: tensor for name, tensor in book_state_dict.items() if (new := my_bert_name(name)) is not None}
 
 
 def my_transformer(line: str, cell: str) -> None:

@@ -27,7 +27,7 @@ from tutorial_lib.blocks import TransformerBlock
 from tutorial_lib.checks.ch06 import BookBlock, _OwnBlock, _OwnLayerNorm
 from tutorial_lib.checks.compound import mistake_builder
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register
-from tutorial_lib.checks.modules import build_module, same_parameters
+from tutorial_lib.checks.modules import build_module, first_module_that_differs, same_parameters
 from tutorial_lib.feed_forward import FeedForward
 from tutorial_lib.multi_head import MultiHeadAttention
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
@@ -524,41 +524,8 @@ def _gpt_module_call(cls, args):
 def locate_first_difference(cls, args) -> str | None:
     """The learner's first module (in the order the book's model runs them) whose output differs from the book's."""
     sizes, weights, tokens = args
-    weights = _tied(weights)
-    outputs: dict[str, dict[str, torch.Tensor]] = {"mine": {}, "book": {}}
-    order: list[str] = []
-    runs = {"mine": build_module(cls, sizes.args(), "GPT"), "book": BookGPT(*sizes.args())}
-    hooks = []
-    for who, module in runs.items():
-        for name, sub in module.named_modules():
-            # torch's own layers compute what their input tells them: a difference there is their parent's
-            if name and not isinstance(sub, (nn.Linear, nn.Embedding, nn.Dropout)):
-                def keep(_module, _inputs, out, who=who, name=name):
-                    if isinstance(out, torch.Tensor):
-                        outputs[who][name] = out.detach()
-                        if who == "book":
-                            order.append(name)
-                hooks.append(sub.register_forward_hook(keep))
-    try:
-        with torch.no_grad():
-            for who, module in runs.items():
-                torch.func.functional_call(module.eval(), weights, (tokens,), strict=True)
-    finally:
-        for hook in hooks:
-            hook.remove()
-    for name in order:
-        mine, book = outputs["mine"].get(name), outputs["book"][name]
-        if mine is None:
-            continue
-        if mine.shape != book.shape:
-            return (f"Your first module whose output differs from the book's model is {name}: its output has shape "
-                    f"{tuple(mine.shape)}, the book's {tuple(book.shape)}.")
-        gap = (mine.double() - book.double()).abs().max().item()
-        if not gap <= 1e-5 + 1e-5 * book.abs().max().item():
-            return (f"Your first module whose output differs from the book's model is {name} (max |Δ| {gap:.3g}): "
-                    f"every module that runs before it agrees, so the difference arises in it or in what your forward "
-                    f"does just before it.")
-    return None
+    return first_module_that_differs(build_module(cls, sizes.args(), "GPT"), BookGPT(*sizes.args()), _tied(weights),
+                                     (tokens,))
 
 
 @mistake_builder

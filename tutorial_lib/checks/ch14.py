@@ -15,12 +15,17 @@
 - ``14.predict_pairs_without_label`` (predict, then measure): the share of the pairs in the chapter's pre-training
   batches in which the masking chose no token, so that the masked-LM loss learns nothing from them (each token is
   chosen on its own coin: short pairs often escape).
+- ``14.bert_module`` (the build track's BERT) is the learner's ``BERT`` module, made of their embeddings, attention and
+  LayerNorm of chapters 02-06, with post-norm blocks and the masked-LM head: it loads the chapter's pre-trained tiny
+  BERT (renamed by :func:`tutorial_lib.build_track.my_bert_state_dict`) and must give its MLM logits and gradients.
 
 As in ``ch03``, the mistakes are written the way a learner would write them and carry no annotations.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import numbers
 from dataclasses import dataclass
 
@@ -30,10 +35,24 @@ from torch import nn
 
 from tutorial_lib.attention import padding_mask
 from tutorial_lib.checks.compound import mistake_builder
+from tutorial_lib.blocks import TransformerBlock
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register
+from tutorial_lib.checks.modules import build_module, first_module_that_differs, same_parameters
+from tutorial_lib.embeddings import LearnedPositionalEmbedding, TokenEmbedding
+from tutorial_lib.feed_forward import FeedForward
+from tutorial_lib.multi_head import MultiHeadAttention
+from tutorial_lib.normalization import LayerNorm
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 from tutorial_lib.data.dialogue import nsp_pairs
-from tutorial_lib.models.bert import IGNORE_INDEX, BERTConfig, BERTForSequenceClassification, mask_tokens, pretraining_loss
+from tutorial_lib.models.bert import (
+    BERT,
+    IGNORE_INDEX,
+    BERTConfig,
+    BERTForPreTraining,
+    BERTForSequenceClassification,
+    mask_tokens,
+    pretraining_loss,
+)
 from tutorial_lib.recipes.bert import ClassificationBatch, bert_pretraining_loss, classification_loss, fine_tune
 
 # --- 14.mask_tokens -----------------------------------------------------------------------------------------------------
@@ -703,4 +722,304 @@ PREDICT_PAIRS_WITHOUT_LABEL = predict_number(
 )
 
 
-register(MASK_TOKENS, PREDICT_MASK_SHARE, MLM_LOSS, NSP_PAIRS, FINE_TUNE_STEP, PREDICT_PAIRS_WITHOUT_LABEL)
+# --- 14.bert_module (the build track's BERT: the learner's modules, the book's pre-trained weights) --------------------
+
+
+def _erf_gelu(x: torch.Tensor) -> torch.Tensor:
+    return 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
+
+
+class _BookPostNormBlock(nn.Module):
+    """The package's post-norm block (chapter 07's, BERT's) under the build track's names: ``ln_1`` after attention,
+    ``ln_2`` after the FFN."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, eps: float) -> None:
+        super().__init__()
+        self.attn = MultiHeadAttention(d_model, n_heads)
+        self.ln_1 = LayerNorm(d_model, eps)
+        self.ffn = FeedForward(d_model, d_ff, activation="gelu")
+        self.ln_2 = LayerNorm(d_model, eps)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.ln_1(x + self.attn(x, mask=mask))
+        return self.ln_2(x + self.ffn(x))
+
+
+class BookBERT(nn.Module):
+    """The package's BERT with its masked-LM head, under the build track's names (:func:`tutorial_lib.build_track.
+    my_bert_state_dict` renames the book's weights to them): equal to ``BERTForPreTraining``'s MLM logits (tested)."""
+
+    def __init__(self, d_vocab: int, n_ctx: int, d_model: int, n_heads: int, n_layers: int, d_ff: int,
+                 n_segments: int = 2, eps: float = 1e-12) -> None:
+        super().__init__()
+        self.n_ctx = n_ctx
+        self.embed = TokenEmbedding(d_vocab, d_model)
+        self.pos_embed = LearnedPositionalEmbedding(n_ctx, d_model)
+        self.segment_embed = nn.Embedding(n_segments, d_model)
+        self.ln_embed = LayerNorm(d_model, eps)
+        self.blocks = nn.ModuleList(_BookPostNormBlock(d_model, n_heads, d_ff, eps) for _ in range(n_layers))
+        self.mlm_dense = nn.Linear(d_model, d_model)
+        self.mlm_norm = LayerNorm(d_model, eps)
+        self.mlm_bias = nn.Parameter(torch.zeros(d_vocab))
+
+    def forward(self, tokens: torch.Tensor, segments: torch.Tensor | None = None, mask: torch.Tensor | None = None
+                ) -> torch.Tensor:
+        seq = tokens.shape[1]
+        if seq > self.n_ctx:
+            raise ValueError(f"tokens has {seq} positions, more than n_ctx={self.n_ctx}")
+        if segments is None:
+            segments = torch.zeros_like(tokens)
+        x = self.ln_embed(self.embed(tokens) + self.pos_embed(seq) + self.segment_embed(segments))
+        for block in self.blocks:
+            x = block(x, mask=mask)
+        return self.mlm_norm(_erf_gelu(self.mlm_dense(x))) @ self.embed.weight.T + self.mlm_bias
+
+
+@dataclass(frozen=True)
+class BERTSizes:
+    """The arguments of the learner's ``BERT(d_vocab, n_ctx, d_model, n_heads, n_layers, d_ff, n_segments, eps)``."""
+
+    d_vocab: int
+    n_ctx: int
+    d_model: int
+    n_heads: int
+    n_layers: int
+    d_ff: int
+    n_segments: int = 2
+    eps: float = 1e-12
+
+    def args(self) -> tuple:
+        return (self.d_vocab, self.n_ctx, self.d_model, self.n_heads, self.n_layers, self.d_ff, self.n_segments, self.eps)
+
+    def __repr__(self) -> str:
+        return f"BERT{self.args()}"
+
+
+SMALL_BERT = BERTSizes(d_vocab=13, n_ctx=8, d_model=16, n_heads=2, n_layers=2, d_ff=32)
+BERT_SIGNATURE = "BERT(d_vocab, n_ctx, d_model, n_heads, n_layers, d_ff, n_segments, eps)"
+
+
+def _random_bert_weights(sizes: BERTSizes, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """Every parameter drawn afresh, the norms' scales around 1."""
+    with torch.device("meta"):
+        shapes = {name: p.shape for name, p in BookBERT(*sizes.args()).state_dict().items()}
+    return {name: (1.0 if name.endswith("weight") and ("ln_" in name or "norm" in name) else 0.0)
+            + 0.3 * torch.randn(shape, generator=generator) for name, shape in shapes.items()}
+
+
+@functools.lru_cache(maxsize=1)
+def book_tiny_bert_case() -> tuple[BERTSizes, dict[str, torch.Tensor], tuple[torch.Tensor, ...]]:
+    """Chapter 14's pre-trained tiny BERT (the recipe's, from the cache or trained once), its weights in the build
+    track's names, and the first 4 pairs of the chapter's validation batches: masked tokens, segments, padding mask."""
+    from tutorial_lib.build_track import my_bert_state_dict
+    from tutorial_lib.recipes.bert import evaluation_batches, load_or_train_tiny_bert, load_script_data
+
+    data = load_script_data()
+    book, _ = load_or_train_tiny_bert(data, progress=False)
+    cfg = book.cfg
+    sizes = BERTSizes(cfg.d_vocab, cfg.n_ctx, cfg.d_model, cfg.n_heads, cfg.n_layers, cfg.d_ff, cfg.n_segments, cfg.eps)
+    weights = {name: t.detach().clone() for name, t in my_bert_state_dict(book.state_dict()).items()}
+    batch = evaluation_batches(data.val_lines[:40], data.tokenizer, n_ctx=cfg.n_ctx)[0]
+    inputs, segments, lengths = batch.inputs[:4], batch.segments[:4], batch.lengths[:4]
+    return sizes, weights, (inputs, segments, padding_mask(lengths, inputs.shape[1]))
+
+
+def _bert_module_cases(generator: torch.Generator) -> list[Case]:
+    book_sizes, book_weights, (book_tokens, book_segments, book_mask) = book_tiny_bert_case()
+    lengths = torch.tensor([8, 5, 3])
+    return [
+        Case.of(sizes=SMALL_BERT, weights=_random_bert_weights(SMALL_BERT, generator),
+                tokens=torch.randint(0, 13, (2, 8), generator=generator),
+                segments=torch.tensor([[0] * 4 + [1] * 4, [0] * 6 + [1] * 2]), mask=None,
+                note="every weight random, sentences A and B, no padding"),
+        Case.of(sizes=SMALL_BERT, weights=_random_bert_weights(SMALL_BERT, generator),
+                tokens=torch.randint(0, 13, (3, 8), generator=generator),
+                segments=(torch.arange(8) >= (lengths // 2)[:, None]).long(), mask=padding_mask(lengths, 8),
+                note="three pairs padded to 8 positions, with their padding mask"),
+        Case.of(sizes=SMALL_BERT, weights=_random_bert_weights(SMALL_BERT, generator),
+                tokens=torch.randint(0, 13, (1, 9), generator=generator), segments=None, mask=None,
+                note="9 positions for n_ctx = 8: a ValueError"),
+        Case.of(sizes=book_sizes, weights={name: t.double() for name, t in book_weights.items()},
+                tokens=book_tokens.clone(), segments=book_segments.clone(),
+                mask=book_mask.clone(), note="chapter 14's pre-trained BERT, in float64, on 4 masked validation pairs"),
+    ]
+
+
+def _bert_module_call(cls, args):
+    sizes, weights, tokens, segments, mask = args
+    module = build_module(cls, sizes.args(), BERT_SIGNATURE)
+    same_parameters(module, weights, BERT_SIGNATURE)
+    return torch.func.functional_call(module.eval(), weights, (tokens, segments), {"mask": mask}, strict=True)
+
+
+def locate_first_bert_difference(cls, args) -> str | None:
+    sizes, weights, tokens, segments, mask = args
+    return first_module_that_differs(build_module(cls, sizes.args(), "BERT"), BookBERT(*sizes.args()), weights,
+                                     (tokens, segments), {"mask": mask})
+
+
+class _OwnNorm(nn.Module):
+    def __init__(self, d_model, eps):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x):
+        mean = x.mean(dim=-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
+class _OwnAttention(nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads = n_heads
+        self.q_proj, self.k_proj = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+        self.v_proj, self.out_proj = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+
+    def forward(self, x, mask=None):
+        batch, seq, d_model = x.shape
+        q, k, v = (p(x).view(batch, seq, self.n_heads, -1).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            scores = scores.masked_fill(~(mask.unsqueeze(1) if mask.dim() == 3 else mask), float("-inf"))
+        z = torch.softmax(scores, dim=-1) @ v
+        return self.out_proj(z.transpose(1, 2).reshape(batch, seq, d_model))
+
+
+@mistake_builder
+def _bert_module_like(*, placement="post", embedding_norm=True, segments_used=True, gelu="erf", use_mask=True,
+                      norm_eps=None, head="transform", causal=False):
+    """A learner's BERT made of a learner's parts; each keyword reproduces one way of getting it wrong."""
+    def activation(x):
+        if gelu == "erf":
+            return 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
+        return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+
+    class FFN(nn.Module):
+        def __init__(self, d_model, d_ff):
+            super().__init__()
+            self.up, self.down = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+        def forward(self, x):
+            return self.down(activation(self.up(x)))
+
+    class Block(nn.Module):
+        def __init__(self, d_model, n_heads, d_ff, eps):
+            super().__init__()
+            eps = norm_eps or eps
+            self.attn, self.ln_1 = _OwnAttention(d_model, n_heads), _OwnNorm(d_model, eps)
+            self.ffn, self.ln_2 = FFN(d_model, d_ff), _OwnNorm(d_model, eps)
+
+        def forward(self, x, mask=None):
+            seq = x.shape[1]
+            if causal:
+                tril = torch.ones(seq, seq, dtype=torch.bool).tril()
+                mask = tril if mask is None else mask & tril
+            mask = mask if use_mask else None
+            if placement == "pre":
+                x = x + self.attn(self.ln_1(x), mask=mask)
+                return x + self.ffn(self.ln_2(x))
+            x = self.ln_1(x + self.attn(x, mask=mask))
+            return self.ln_2(x + self.ffn(x))
+
+    class MyBERT(nn.Module):
+        def __init__(self, d_vocab, n_ctx, d_model, n_heads, n_layers, d_ff, n_segments=2, eps=1e-12):
+            super().__init__()
+            self.n_ctx = n_ctx
+            self.embed = nn.Embedding(d_vocab, d_model)
+            self.pos_embed = nn.Embedding(n_ctx, d_model)
+            self.segment_embed = nn.Embedding(n_segments, d_model)
+            self.ln_embed = _OwnNorm(d_model, norm_eps or eps)
+            self.blocks = nn.ModuleList(Block(d_model, n_heads, d_ff, eps) for _ in range(n_layers))
+            self.mlm_dense = nn.Linear(d_model, d_model)
+            self.mlm_norm = _OwnNorm(d_model, norm_eps or eps)
+            self.mlm_bias = nn.Parameter(torch.zeros(d_vocab))
+
+        def forward(self, tokens, segments=None, mask=None):
+            seq = tokens.shape[1]
+            if seq > self.n_ctx:
+                raise ValueError(f"{seq} positions, more than n_ctx={self.n_ctx}")
+            x = self.embed(tokens) + self.pos_embed.weight[:seq]
+            if segments_used and segments is not None:
+                x = x + self.segment_embed(segments)
+            elif segments_used:
+                x = x + self.segment_embed.weight[0]
+            if embedding_norm:
+                x = self.ln_embed(x)
+            for block in self.blocks:
+                x = block(x, mask=mask)
+            if head == "transform":
+                x = self.mlm_norm(activation(self.mlm_dense(x)))
+            elif head == "no_gelu":
+                x = self.mlm_norm(self.mlm_dense(x))
+            return x @ self.embed.weight.T + self.mlm_bias
+
+    return MyBERT
+
+
+class _PositionsFromOne(_bert_module_like()):
+    def forward(self, tokens, segments=None, mask=None):
+        seq = tokens.shape[1]
+        if seq > self.n_ctx:
+            raise ValueError(f"{seq} positions, more than n_ctx={self.n_ctx}")
+        x = self.embed(tokens) + self.pos_embed.weight[1 : seq + 1].roll(1, dims=0)
+        x = self.ln_embed(x + self.segment_embed(segments if segments is not None else torch.zeros_like(tokens)))
+        for block in self.blocks:
+            x = block(x, mask=mask)
+        return self.mlm_norm(_erf_gelu(self.mlm_dense(x))) @ self.embed.weight.T + self.mlm_bias
+
+
+BERT_MODULE = Exercise(
+    id="14.bert_module",
+    gradients=True,  # pre-trained in the chapter: a detached or no_grad path must not pass
+    # the package's models and torch's ready-made layers are not the learner's; their own modules of chapters 02-06 are
+    forbidden=(BERT, BERTForPreTraining, BookBERT, TransformerBlock, MultiHeadAttention, FeedForward, LayerNorm,
+               nn.LayerNorm, F.layer_norm, nn.MultiheadAttention, F.scaled_dot_product_attention,
+               nn.TransformerEncoderLayer, nn.TransformerEncoder, F.gelu, nn.GELU),
+    reference=BookBERT,
+    call=_bert_module_call,
+    localize=locate_first_bert_difference,
+    cases=_bert_module_cases,
+    points=4,
+    outputs=("the masked-LM logits",),
+    checked=(
+        "BERTs with every weight random (sentence pairs with and without padding, 9 positions for n_ctx = 8: a "
+        "ValueError), and chapter 14's pre-trained BERT, its weights put in your layers by name (in float64), on 4 "
+        "masked validation pairs: the masked-LM logits and the gradients of every weight equal to the book's model's"
+    ),
+    mistakes=(
+        Mistake("pre_norm_blocks", "normalised before each sublayer, as GPT does, instead of after the residual sum",
+                "BERT keeps the paper's post-norm: add each sublayer's output to its input first, then normalise "
+                "the sum.", (_bert_module_like(placement="pre"),)),
+        Mistake("no_embedding_norm", "left out the LayerNorm of the embeddings",
+                "Post-norm blocks expect a normalised input: BERT normalises the sum of the three embeddings once, "
+                "with `ln_embed`, before the first block.", (_bert_module_like(embedding_norm=False),)),
+        Mistake("no_segments", "left out the segment embeddings",
+                "Each token also gets the row of `segment_embed` for its sentence (0 for A, 1 for B; all 0 when no "
+                "segments are given).", (_bert_module_like(segments_used=False),)),
+        Mistake("tanh_gelu", "used GPT-2's tanh approximation of GELU instead of the exact one",
+                "BERT's GELU is x · Φ(x) with Φ the normal CDF, 0.5 · x · (1 + erf(x / √2)); the tanh form differs "
+                "by up to 3e-4, which the trained model's logits show.", (_bert_module_like(gelu="tanh"),)),
+        Mistake("mask_ignored", "did not pass the padding mask to attention",
+                "Hand `mask` to every block's attention, so that no token reads the padding of its row.",
+                (_bert_module_like(use_mask=False),)),
+        Mistake("default_eps", "gave the LayerNorms PyTorch's default ε, 1e-5, instead of `eps`",
+                "BERT's norms use ε = 1e-12 (the `eps` argument): pass it to every LayerNorm.",
+                (_bert_module_like(norm_eps=1e-5),)),
+        Mistake("no_head_transform", "unembedded the final states directly, without the head's dense layer, GELU "
+                "and LayerNorm", "The masked-LM head transforms each final state first: its dense layer, then the GELU, "
+                "then its LayerNorm; only then the tied unembedding and `mlm_bias`.",
+                (_bert_module_like(head="none"),)),
+    ),
+    mutants=(
+        Mutant("causal_mask", "adds GPT's causal mask, so that no token reads the tokens after it",
+               _bert_module_like(causal=True)),
+        Mutant("head_without_gelu", "leaves the GELU out of the masked-LM head", _bert_module_like(head="no_gelu")),
+        Mutant("positions_shifted", "takes each position's row from the next one", _PositionsFromOne),
+    ),
+)
+
+
+register(MASK_TOKENS, PREDICT_MASK_SHARE, MLM_LOSS, NSP_PAIRS, FINE_TUNE_STEP, PREDICT_PAIRS_WITHOUT_LABEL, BERT_MODULE)

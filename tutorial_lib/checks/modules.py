@@ -58,3 +58,44 @@ def run_module(cls: Any, init_args: tuple[Any, ...], weights: Mapping[str, Tenso
     module = build_module(cls, init_args, what).eval()
     same_parameters(module, weights, what)
     return torch.func.functional_call(module, dict(weights), args, dict(kwargs or {}), strict=True)
+
+
+def first_module_that_differs(mine: nn.Module, book: nn.Module, weights: Mapping[str, Tensor], args: tuple[Any, ...],
+                              kwargs: Mapping[str, Any] | None = None) -> str | None:
+    """A sentence naming the learner's first module (in the order the book's model runs them) whose output differs from
+    the book's module of the same name, both run on ``weights``; None when every module agrees. torch's own layers
+    (``nn.Linear``, ``nn.Embedding``, ``nn.Dropout``) are skipped: they compute what their input tells them, so a
+    difference there is their parent's."""
+    outputs: dict[str, dict[str, Tensor]] = {"mine": {}, "book": {}}
+    order: list[str] = []
+    runs = {"mine": mine, "book": book}
+    hooks = []
+    for who, module in runs.items():
+        for name, sub in module.named_modules():
+            if name and not isinstance(sub, (nn.Linear, nn.Embedding, nn.Dropout)):
+                def keep(_module, _inputs, out, who=who, name=name):
+                    if isinstance(out, Tensor):
+                        outputs[who][name] = out.detach()
+                        if who == "book":
+                            order.append(name)
+                hooks.append(sub.register_forward_hook(keep))
+    try:
+        with torch.no_grad():
+            for module in runs.values():
+                torch.func.functional_call(module.eval(), dict(weights), args, dict(kwargs or {}), strict=True)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    for name in order:
+        got, want = outputs["mine"].get(name), outputs["book"][name]
+        if got is None:
+            continue
+        if got.shape != want.shape:
+            return (f"Your first module whose output differs from the book's model is {name}: its output has shape "
+                    f"{tuple(got.shape)}, the book's {tuple(want.shape)}.")
+        gap = (got.double() - want.double()).abs().max().item()
+        if not gap <= 1e-5 + 1e-5 * want.abs().max().item():
+            return (f"Your first module whose output differs from the book's model is {name} (max |Δ| {gap:.3g}): "
+                    f"every module that runs before it agrees, so the difference arises in it or in what your forward "
+                    f"does just before it.")
+    return None
