@@ -93,6 +93,7 @@ def test_every_file_of_the_track_is_committed_in_both_folders_and_named_in_the_r
     ("training", "train_model", "09.training_loop"),
     ("cached_attention", "cached_attention", "10.kv_cache_attention"),
     ("cached_gpt", "CachedGPT", "10.cached_gpt"),
+    ("transformer", "Transformer", "07.transformer_module"),
     ("bert", "BERT", "14.bert_module"),
 ])
 def test_the_solutions_files_pass_their_checks_and_the_stubs_score_nothing(name, answer, exercise_id):

@@ -242,6 +242,23 @@ REFERENCES = {
 }
 
 
+# --- the cases themselves -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("exercise", [e for e in ALL_EXERCISES if e.on_pass is None], ids=lambda exercise: exercise.id)
+def test_the_reference_raises_only_where_a_case_asks_for_an_error(exercise):
+    """A reference that raised on an ordinary case would make every answer that raises the same "correct": only a
+    case whose note announces bad input may raise, and only the ValueError a learner's answer must raise too."""
+    from tutorial_lib.checks.core import _ours
+
+    ours = _ours(exercise)
+    for index, case in enumerate(ours.cases):
+        error = ours.reference(index, case).error
+        if error is not None:
+            assert isinstance(error, ValueError), f"case {index} ({case.note}): {type(error).__name__}: {error}"
+            assert "Error" in case.note or "bad input" in case.note, f"case {index} ({case.note}) raised {error}"
+
+
 # --- correct answers --------------------------------------------------------------------------------------------------
 
 

@@ -280,3 +280,34 @@ def test_decoding_without_a_cache_costs_a_few_teacher_forced_forwards(predict):
     assert predict("07.predict_decoding_flops", lambda: 11).mistake == "full_forward_per_token"
     assert predict("07.predict_decoding_flops", lambda: 6).mistake == "decoder_prefixes_only"
     assert predict("07.predict_decoding_flops", lambda: 1 / 11).mistake == "decoding_cheaper"
+
+
+# --- 07.transformer_module (the build track's encoder-decoder) --------------------------------------------------------
+
+
+def test_the_transformer_reference_is_the_packages_model_with_renamed_weights():
+    from tutorial_lib.build_track import my_transformer_state_dict
+    from tutorial_lib.checks.ch07 import BookTransformer
+    from tutorial_lib.models.transformer import Transformer, TransformerConfig
+
+    torch.manual_seed(0)
+    cfg = TransformerConfig(d_vocab=13, n_ctx=10, d_model=16, n_heads=2, n_layers=2, d_ff=24, dropout=0.0)
+    package = Transformer(cfg).eval()
+    with torch.no_grad():
+        for p in package.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    book = BookTransformer(13, 10, 16, 2, 2, 24).eval()
+    book.load_state_dict(my_transformer_state_dict(package.state_dict()), strict=True)
+    src, tgt = torch.randint(0, 13, (3, 10)), torch.randint(0, 13, (3, 7))
+    mask = (torch.arange(10) < torch.tensor([10, 6, 3])[:, None])[:, None, :]
+    torch.testing.assert_close(book(src, tgt, mask), package(src, tgt, src_mask=mask))
+
+
+def test_a_right_transformer_passes_and_a_gpt_habit_is_named():
+    from tutorial_lib.checks.ch07 import _transformer_module_like
+
+    right, pre_norm = _transformer_module_like(), _transformer_module_like(placement="pre")
+    right.__module__ = pre_norm.__module__ = __name__  # written in a notebook, not in the package's catalogue
+    assert check("07.transformer_module", right).passed
+    result = check("07.transformer_module", pre_norm)
+    assert result.mistake == "pre_norm_layers" and result.points == 0

@@ -41,6 +41,7 @@ WRITTEN_BY = {
     "training": "chapter 09, exercise 5 (the training loop)",
     "cached_attention": "chapter 10, exercise 4 (attention with a KV cache)",
     "cached_gpt": "chapter 10, exercise 9 (your GPT with a KV cache)",
+    "transformer": "chapter 07, exercise 9 (your encoder-decoder Transformer)",
     "bert": "chapter 14, exercise 7 (your BERT, with its masked-LM head)",
 }
 PACKAGE_DOC = (
@@ -134,6 +135,28 @@ def my_gpt_state_dict(book_state_dict: dict) -> dict:
             name = name.replace(old, new)
         mapped[name] = tensor
     return mapped
+
+
+def my_transformer_name(book_name: str) -> str | None:
+    """The learner's name for one weight of the book's encoder-decoder (chapter 07's ``Transformer``), or None for the
+    two that are the shared embedding matrix again (``tgt_embed.weight``, ``unembed.weight``): the learner's model holds
+    it once, as ``embed.weight``. The layers are ``encoder_layers.i`` and ``decoder_layers.i``, their norms named by
+    order (``ln_1`` after the first sublayer, ``ln_2`` after the second, ``ln_3`` after the decoder's third)."""
+    if book_name in ("tgt_embed.weight", "unembed.weight"):
+        return None
+    renames = {"src_embed.": "embed.", "encoder.layers.": "encoder_layers.", "decoder.layers.": "decoder_layers.",
+               ".attn_residual.norm.": ".ln_1.", ".self_attn_residual.norm.": ".ln_1.",
+               ".cross_attn_residual.norm.": ".ln_2."}
+    for old, new in renames.items():
+        book_name = book_name.replace(old, new)
+    third = ".ln_3." if book_name.startswith("decoder_layers.") else ".ln_2."
+    return book_name.replace(".ffn_residual.norm.", third)
+
+
+def my_transformer_state_dict(book_state_dict: dict) -> dict:
+    """The book's date Transformer's weights under the names of the learner's (chapter 07); see
+    :func:`my_transformer_name`."""
+    return {new: tensor for name, tensor in book_state_dict.items() if (new := my_transformer_name(name)) is not None}
 
 
 _BERT_RENAMES = {"bert.": "", ".attn_residual.norm.": ".ln_1.", ".ffn_residual.norm.": ".ln_2.", "mlm.dense.": "mlm_dense.",

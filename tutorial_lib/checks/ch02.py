@@ -619,7 +619,7 @@ def _position_module_cases(generator: torch.Generator) -> list[Case]:
         Case.of(sizes=(8, 4), weights=table, seq_len=1, offset=5, note="one new token after 5 cached ones"),
         Case.of(sizes=(8, 4), weights=table, seq_len=3, offset=4, note="3 new tokens after 4"),
         Case.of(sizes=(8, 4), weights=table, seq_len=3, offset=6, note="past the table: a ValueError"),
-        Case.of(sizes=(8, 4), weights={"weight": torch.randn(16, 6, generator=generator, dtype=torch.float64)},
+        Case.of(sizes=(16, 6), weights={"weight": torch.randn(16, 6, generator=generator, dtype=torch.float64)},
                 seq_len=16, offset=0, note="the whole table, float64"),
     ]
 

@@ -10,12 +10,16 @@
 - ``07.noam_lr`` and ``07.beam_score`` are the formulas of Eq. (3) and of GNMT's length penalty (§6.1's α = 0.6).
 - ``07.predict_decoding_flops`` (predict, then measure, with PyTorch's FLOP counter): greedy decoding without a cache
   against one teacher-forced forward of the date Transformer on the same 100 dates.
+- ``07.transformer_module`` (the build track's encoder-decoder) is the learner's ``Transformer`` module, made of their
+  embeddings, attention, FFN and LayerNorm of chapters 02-06: it loads the chapter's trained date model (renamed by
+  :func:`tutorial_lib.build_track.my_transformer_state_dict`) and must give its logits and gradients.
 
 As in ``ch03``, the mistakes are written the way a learner would write them and carry no annotations.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -24,7 +28,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from tutorial_lib.checks.compound import mistake_builder
+from tutorial_lib.attention import padding_mask
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
+from tutorial_lib.checks.modules import build_module, first_module_that_differs, same_parameters
+from tutorial_lib.embeddings import SinusoidalPositionalEncoding, TokenEmbedding, sinusoidal_positional_encoding
+from tutorial_lib.models.transformer import Transformer
+from tutorial_lib.normalization import LayerNorm
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 from tutorial_lib.blocks import DecoderBlock, TransformerBlock
 from tutorial_lib.decoding import beam_search, beam_search_batch, greedy_decode, length_penalty
@@ -857,5 +866,329 @@ PREDICT_DECODING_FLOPS = predict_number(
     ],
 )
 
+# --- 07.transformer_module (the build track's encoder-decoder: the learner's modules, the book's date model) ----------
+
+
+class _BookEncoderLayer(nn.Module):
+    def __init__(self, d_model: int, n_heads: int, d_ff: int) -> None:
+        super().__init__()
+        self.attn, self.ln_1 = MultiHeadAttention(d_model, n_heads), LayerNorm(d_model)
+        self.ffn, self.ln_2 = FeedForward(d_model, d_ff), LayerNorm(d_model)
+
+    def forward(self, x, mask=None):
+        x = self.ln_1(x + self.attn(x, mask=mask))
+        return self.ln_2(x + self.ffn(x))
+
+
+class _BookDecoderLayer(nn.Module):
+    def __init__(self, d_model: int, n_heads: int, d_ff: int) -> None:
+        super().__init__()
+        self.self_attn, self.ln_1 = MultiHeadAttention(d_model, n_heads), LayerNorm(d_model)
+        self.cross_attn, self.ln_2 = MultiHeadAttention(d_model, n_heads), LayerNorm(d_model)
+        self.ffn, self.ln_3 = FeedForward(d_model, d_ff), LayerNorm(d_model)
+
+    def forward(self, x, memory, src_mask=None):
+        x = self.ln_1(x + self.self_attn(x, causal=True))
+        x = self.ln_2(x + self.cross_attn(x, memory, mask=src_mask))
+        return self.ln_3(x + self.ffn(x))
+
+
+class BookTransformer(nn.Module):
+    """The package's encoder-decoder (post-norm, one shared embedding matrix scaled by √d_model, sinusoidal positions,
+    a ReLU FFN) under the build track's names (:func:`tutorial_lib.build_track.my_transformer_state_dict` renames the
+    book's weights to them): equal to ``Transformer`` (tested)."""
+
+    def __init__(self, d_vocab: int, n_ctx: int, d_model: int, n_heads: int, n_layers: int, d_ff: int) -> None:
+        super().__init__()
+        self.n_ctx = n_ctx
+        self.embed = TokenEmbedding(d_vocab, d_model, scale=True)
+        self.register_buffer("pe", sinusoidal_positional_encoding(n_ctx, d_model), persistent=False)
+        self.encoder_layers = nn.ModuleList(_BookEncoderLayer(d_model, n_heads, d_ff) for _ in range(n_layers))
+        self.decoder_layers = nn.ModuleList(_BookDecoderLayer(d_model, n_heads, d_ff) for _ in range(n_layers))
+
+    def _embedded(self, tokens: torch.Tensor) -> torch.Tensor:
+        seq = tokens.shape[1]
+        if seq > self.n_ctx:
+            raise ValueError(f"{seq} positions, more than n_ctx={self.n_ctx}")
+        return self.embed(tokens) + self.pe[:seq]
+
+    def encode(self, src, src_mask=None):
+        x = self._embedded(src)
+        for layer in self.encoder_layers:
+            x = layer(x, mask=src_mask)
+        return x
+
+    def decode(self, tgt, memory, src_mask=None):
+        x = self._embedded(tgt)
+        for layer in self.decoder_layers:
+            x = layer(x, memory, src_mask)
+        return x @ self.embed.weight.T
+
+    def forward(self, src, tgt, src_mask=None):
+        return self.decode(tgt, self.encode(src, src_mask), src_mask)
+
+
+@dataclass(frozen=True)
+class TransformerSizes:
+    """The arguments of the learner's ``Transformer(d_vocab, n_ctx, d_model, n_heads, n_layers, d_ff)``."""
+
+    d_vocab: int
+    n_ctx: int
+    d_model: int
+    n_heads: int
+    n_layers: int
+    d_ff: int
+
+    def args(self) -> tuple:
+        return (self.d_vocab, self.n_ctx, self.d_model, self.n_heads, self.n_layers, self.d_ff)
+
+    def __repr__(self) -> str:
+        return f"Transformer{self.args()}"
+
+
+SMALL_TRANSFORMER = TransformerSizes(d_vocab=11, n_ctx=8, d_model=16, n_heads=2, n_layers=2, d_ff=32)
+TRANSFORMER_SIGNATURE = "Transformer(d_vocab, n_ctx, d_model, n_heads, n_layers, d_ff)"
+
+
+def _random_transformer_weights(sizes: TransformerSizes, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    with torch.device("meta"):
+        shapes = {name: p.shape for name, p in BookTransformer(*sizes.args()).state_dict().items()}
+    return {name: (1.0 if name.endswith("weight") and ".ln_" in name else 0.0)
+            + 0.3 * torch.randn(shape, generator=generator) for name, shape in shapes.items()}
+
+
+@functools.lru_cache(maxsize=1)
+def book_date_transformer_case() -> tuple[TransformerSizes, dict[str, torch.Tensor], tuple[torch.Tensor, ...]]:
+    """Chapter 07's trained date model (the recipe's, from the cache or trained once), its weights in the build
+    track's names, and 4 validation dates: sources, teacher-forced targets, the source padding mask."""
+    from tutorial_lib.build_track import my_transformer_state_dict
+    from tutorial_lib.recipes.date_transformer import date_validation_batches, load_or_train_date_transformer
+
+    book, _ = load_or_train_date_transformer(progress=False)
+    cfg = book.cfg
+    sizes = TransformerSizes(cfg.src_vocab, cfg.n_ctx, cfg.d_model, cfg.n_heads, cfg.n_encoder_layers, cfg.d_ff)
+    weights = {name: t.detach().clone() for name, t in my_transformer_state_dict(book.state_dict()).items()}
+    batch = date_validation_batches()[0]
+    src, lengths, tgt = batch.src[:4], batch.src_lengths[:4], batch.tgt_in[:4]
+    return sizes, weights, (src[:, : int(lengths.max())], tgt, padding_mask(lengths, int(lengths.max())))
+
+
+def _transformer_module_cases(generator: torch.Generator) -> list[Case]:
+    book_sizes, book_weights, (book_src, book_tgt, book_mask) = book_date_transformer_case()
+    lengths = torch.tensor([8, 5, 2])
+    return [
+        Case.of(sizes=SMALL_TRANSFORMER, weights=_random_transformer_weights(SMALL_TRANSFORMER, generator),
+                src=torch.randint(0, 11, (2, 8), generator=generator), tgt=torch.randint(0, 11, (2, 6), generator=generator),
+                src_mask=None, note="every weight random, no padding"),
+        Case.of(sizes=SMALL_TRANSFORMER, weights=_random_transformer_weights(SMALL_TRANSFORMER, generator),
+                src=torch.randint(0, 11, (3, 8), generator=generator), tgt=torch.randint(0, 11, (3, 7), generator=generator),
+                src_mask=padding_mask(lengths, 8), note="three padded sources, with their padding mask"),
+        Case.of(sizes=SMALL_TRANSFORMER, weights=_random_transformer_weights(SMALL_TRANSFORMER, generator),
+                src=torch.randint(0, 11, (1, 9), generator=generator), tgt=torch.randint(0, 11, (1, 3), generator=generator),
+                src_mask=None, note="a source of 9 positions for n_ctx = 8: a ValueError"),
+        Case.of(sizes=book_sizes, weights={name: t.double() for name, t in book_weights.items()}, src=book_src.clone(),
+                tgt=book_tgt.clone(), src_mask=book_mask.clone(),
+                note="chapter 07's trained date model, in float64, on 4 validation dates, teacher-forced"),
+    ]
+
+
+def _transformer_module_call(cls, args):
+    sizes, weights, src, tgt, src_mask = args
+    module = build_module(cls, sizes.args(), TRANSFORMER_SIGNATURE)
+    same_parameters(module, weights, TRANSFORMER_SIGNATURE)
+    # not strict: the sinusoidal table is a buffer outside the state dict (same_parameters has checked every name)
+    return torch.func.functional_call(module.eval(), weights, (src, tgt), {"src_mask": src_mask}, strict=False)
+
+
+def locate_first_transformer_difference(cls, args) -> str | None:
+    sizes, weights, src, tgt, src_mask = args
+    return first_module_that_differs(build_module(cls, sizes.args(), "Transformer"), BookTransformer(*sizes.args()),
+                                     weights, (src, tgt), {"src_mask": src_mask})
+
+
+class _OwnNorm(nn.Module):
+    def __init__(self, d_model):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x):
+        mean = x.mean(dim=-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
+        return (x - mean) / torch.sqrt(var + 1e-5) * self.weight + self.bias
+
+
+class _OwnAttention(nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads = n_heads
+        self.q_proj, self.k_proj = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+        self.v_proj, self.out_proj = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+
+    def forward(self, x, context=None, mask=None, causal=False):
+        context = x if context is None else context
+        batch, seq, d_model = x.shape
+        q = self.q_proj(x).view(batch, seq, self.n_heads, -1).transpose(1, 2)
+        k, v = (p(context).view(batch, context.shape[1], self.n_heads, -1).transpose(1, 2) for p in (self.k_proj, self.v_proj))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            scores = scores.masked_fill(~(mask.unsqueeze(1) if mask.dim() == 3 else mask), float("-inf"))
+        if causal:
+            scores = scores.masked_fill(~torch.ones(seq, context.shape[1], dtype=torch.bool).tril(), float("-inf"))
+        z = torch.softmax(scores, dim=-1) @ v
+        return self.out_proj(z.transpose(1, 2).reshape(batch, seq, d_model))
+
+
+class _OwnFFN(nn.Module):
+    def __init__(self, d_model, d_ff):
+        super().__init__()
+        self.up, self.down = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return self.down(torch.relu(self.up(x)))
+
+
+def _sinusoid(n_ctx, d_model):
+    position = torch.arange(n_ctx, dtype=torch.float64)[:, None]
+    frequency = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    table = torch.zeros(n_ctx, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(position * frequency)
+    table[:, 1::2] = torch.cos(position * frequency[: d_model // 2])
+    return table.float()
+
+
+@mistake_builder
+def _transformer_module_like(*, scale=True, positions=True, placement="post", causal=True, cross_mask=True,
+                             cross_from="memory", encoder_mask=True):
+    """A learner's encoder-decoder made of a learner's parts; each keyword reproduces one way of getting it wrong."""
+
+    class EncoderLayer(nn.Module):
+        def __init__(self, d_model, n_heads, d_ff):
+            super().__init__()
+            self.attn, self.ln_1 = _OwnAttention(d_model, n_heads), _OwnNorm(d_model)
+            self.ffn, self.ln_2 = _OwnFFN(d_model, d_ff), _OwnNorm(d_model)
+
+        def forward(self, x, mask=None):
+            mask = mask if encoder_mask else None
+            if placement == "pre":
+                x = x + self.attn(self.ln_1(x), mask=mask)
+                return x + self.ffn(self.ln_2(x))
+            x = self.ln_1(x + self.attn(x, mask=mask))
+            return self.ln_2(x + self.ffn(x))
+
+    class DecoderLayer(nn.Module):
+        def __init__(self, d_model, n_heads, d_ff):
+            super().__init__()
+            self.self_attn, self.ln_1 = _OwnAttention(d_model, n_heads), _OwnNorm(d_model)
+            self.cross_attn, self.ln_2 = _OwnAttention(d_model, n_heads), _OwnNorm(d_model)
+            self.ffn, self.ln_3 = _OwnFFN(d_model, d_ff), _OwnNorm(d_model)
+
+        def forward(self, x, memory, src_mask=None):
+            mask = src_mask if cross_mask else None
+            if placement == "pre":
+                x = x + self.self_attn(self.ln_1(x), causal=causal)
+                x = x + self.cross_attn(self.ln_2(x), memory, mask=mask)
+                return x + self.ffn(self.ln_3(x))
+            x = self.ln_1(x + self.self_attn(x, causal=causal))
+            if cross_from == "memory":
+                x = self.ln_2(x + self.cross_attn(x, memory, mask=mask))
+            else:  # queries from memory, keys and values from the decoder
+                x = self.ln_2(x + self.cross_attn(memory, x)[:, : x.shape[1]])
+            return self.ln_3(x + self.ffn(x))
+
+    class MyTransformer(nn.Module):
+        def __init__(self, d_vocab, n_ctx, d_model, n_heads, n_layers, d_ff):
+            super().__init__()
+            self.n_ctx = n_ctx
+            self.embed = nn.Embedding(d_vocab, d_model)
+            self.register_buffer("pe", _sinusoid(n_ctx, d_model), persistent=False)
+            self.encoder_layers = nn.ModuleList(EncoderLayer(d_model, n_heads, d_ff) for _ in range(n_layers))
+            self.decoder_layers = nn.ModuleList(DecoderLayer(d_model, n_heads, d_ff) for _ in range(n_layers))
+
+        def embedded(self, tokens):
+            seq = tokens.shape[1]
+            if seq > self.n_ctx:
+                raise ValueError(f"{seq} positions, more than n_ctx={self.n_ctx}")
+            x = self.embed(tokens) * (math.sqrt(self.embed.weight.shape[1]) if scale else 1.0)
+            return x + self.pe[:seq] if positions else x
+
+        def encode(self, src, src_mask=None):
+            x = self.embedded(src)
+            for layer in self.encoder_layers:
+                x = layer(x, mask=src_mask)
+            return x
+
+        def decode(self, tgt, memory, src_mask=None):
+            x = self.embedded(tgt)
+            for layer in self.decoder_layers:
+                x = layer(x, memory, src_mask)
+            return x @ self.embed.weight.T
+
+        def forward(self, src, tgt, src_mask=None):
+            return self.decode(tgt, self.encode(src, src_mask), src_mask)
+
+    return MyTransformer
+
+
+class _LastEncoderLayerOnly(_transformer_module_like()):
+    def encode(self, src, src_mask=None):
+        return self.encoder_layers[-1](self.embedded(src), mask=src_mask)
+
+
+class _DecoderReadsFirstLayer(_transformer_module_like()):
+    def forward(self, src, tgt, src_mask=None):
+        memory = self.encoder_layers[0](self.embedded(src), mask=src_mask)
+        return self.decode(tgt, memory, src_mask)
+
+
+TRANSFORMER_MODULE = Exercise(
+    id="07.transformer_module",
+    gradients=True,  # trained in the chapter: a detached or no_grad path must not pass
+    # the package's models and torch's ready-made layers are not the learner's; their own modules of chapters 02-06 are
+    forbidden=(Transformer, BookTransformer, TransformerBlock, DecoderBlock, MultiHeadAttention, FeedForward, LayerNorm,
+               nn.LayerNorm, F.layer_norm, nn.MultiheadAttention, F.scaled_dot_product_attention, nn.Transformer,
+               nn.TransformerEncoderLayer, nn.TransformerDecoderLayer, sinusoidal_positional_encoding,
+               SinusoidalPositionalEncoding),
+    reference=BookTransformer,
+    call=_transformer_module_call,
+    localize=locate_first_transformer_difference,
+    cases=_transformer_module_cases,
+    points=4,
+    outputs=("the logits",),
+    checked=(
+        "Transformers with every weight random (sources with and without padding, a source of 9 positions for n_ctx = "
+        "8: a ValueError), and chapter 07's trained date model, its weights put in your layers by name (in float64), "
+        "teacher-forced on 4 validation dates: the logits and the gradients of every weight equal to the book's model's"
+    ),
+    mistakes=(
+        Mistake("unscaled_embeddings", "did not multiply the embeddings by √d_model",
+                "§3.4: the embedding's rows are multiplied by √d_model before the positions are added (your "
+                "TokenEmbedding of chapter 02 does it with `scale=True`).", (_transformer_module_like(scale=False),)),
+        Mistake("no_positions", "left out the sinusoidal positions",
+                "Both sides add the sinusoidal encoding of each position (§3.5) to the scaled embeddings.",
+                (_transformer_module_like(positions=False),)),
+        Mistake("pre_norm_layers", "normalised before each sublayer, as GPT does, instead of after the residual sum",
+                "The paper's layers are post-norm: add each sublayer's output to its input first, then normalise the "
+                "sum.", (_transformer_module_like(placement="pre"),)),
+        Mistake("decoder_not_causal", "ran the decoder's self-attention without the causal mask",
+                "A target position must not read the positions after it: the decoder's self-attention is causal.",
+                (_transformer_module_like(causal=False),)),
+        Mistake("cross_attention_sees_padding", "did not hand the source's padding mask to cross-attention",
+                "The decoder's cross-attention reads the source, so its padding must stay hidden there too.",
+                (_transformer_module_like(cross_mask=False),)),
+        Mistake("encoder_sees_padding", "did not hand the source's padding mask to the encoder's self-attention",
+                "The encoder's self-attention must not read the source's padding either.",
+                (_transformer_module_like(encoder_mask=False),)),
+        Mistake("cross_attention_reversed", "took cross-attention's queries from the memory and its keys and values from "
+                "the decoder", "In cross-attention the decoder asks (queries) and the encoder's output answers (keys "
+                "and values).", (_transformer_module_like(cross_from="decoder"),)),
+    ),
+    mutants=(
+        Mutant("last_encoder_layer_only", "runs only the last encoder layer", _LastEncoderLayerOnly),
+        Mutant("decoder_reads_first_layer", "hands the decoder the first encoder layer's output", _DecoderReadsFirstLayer),
+    ),
+)
+
+
 register(ENCODER_LAYER, DECODER_LAYER, LABEL_SMOOTHED_LOSS, NOAM_LR, BEAM_SCORE, GREEDY_DECODE, PREDICT_SMOOTHING_FLOOR,
-         PREDICT_DECODING_FLOPS)
+         PREDICT_DECODING_FLOPS, TRANSFORMER_MODULE)
