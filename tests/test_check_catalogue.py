@@ -2,7 +2,7 @@
 
 - Confusion: each variant of each catalogued mistake is named as that mistake and no other.
 - Mutation: each declared mutant (a plausible wrong answer that is *not* in the catalogue) loses its points and is
-  named as no catalogued mistake.
+  named as no catalogued mistake, and its verdict describes the output without writing the answer's code.
 - Randomness: where a case hands over a generator, two answers built from the reference that ignore it (one draws
   from the global generator, one from a fixed seed of its own) lose their points and are told so.
 - Depth: at least four catalogued mistakes and two mutants per exercise.
@@ -36,7 +36,8 @@ VARIANTS = [(e, m.name, i, variant) for e in EXERCISES for m in e.mistakes for i
 MUTANTS = [(e, mutant) for e in EXERCISES for mutant in e.mutants]
 RANDOM = [e for e in EXERCISES if not inspect.isclass(e.reference)
           and any(isinstance(arg, torch.Generator) for case in e.make_cases() for arg in case.args)]
-pytestmark = pytest.mark.filterwarnings("ignore")  # a mistake's `k.T` warns; the verdict is what is tested
+pytestmark = [pytest.mark.filterwarnings("ignore"),  # a mistake's `k.T` warns; the verdict is what is tested
+              pytest.mark.usefixtures("annotation_checks_off")]  # tests/conftest.py says why
 
 
 def _id(value: Any) -> str:
@@ -67,17 +68,6 @@ def test_each_catalogued_mistake_is_named_as_itself_and_no_other(exercise, mista
     assert not lint(exercise.id, result), (lint(exercise.id, result), result.verdict)
 
 
-# Some mutants are the reference with one thing changed: what they call is not what they test (tests/test_call_tracing.py
-# refuses such answers), so these two run untraced, to judge each mutant by its output.
-@pytest.mark.parametrize(("exercise", "mutant"), MUTANTS, ids=lambda v: v.id if isinstance(v, Exercise) else v.name)
-@pytest.mark.usefixtures("untraced")
-def test_each_mutant_loses_its_points_and_is_named_as_no_catalogued_mistake(exercise, mutant):
-    result = check_recorded(exercise.id, mutant.implementation)
-    assert result.points == 0, f"{mutant.name} ({mutant.what}) passed: {result.verdict}"
-    assert result.mistake is None and result.candidates == (), f"{mutant.name} named: {result.verdict}"
-    assert not lint(exercise.id, result), (lint(exercise.id, result), result.verdict)
-
-
 # Python's own advice a verdict may give whatever the exercise: how not to mutate an argument, how to draw from a
 # generator, what stops a gradient. Anything else in backticks, outside the quote of the learner's own line, would be
 # the exercise's code.
@@ -87,10 +77,16 @@ _GENERIC_CODE = re.compile(
 _OWN_LINE = re.compile(r"\(line \d+ of your code: `[^`]*`\)")
 
 
+# Some mutants are the reference with one thing changed: what they call is not what they test (tests/test_call_tracing.py
+# refuses such answers), so this one runs untraced, to judge each mutant by its output.
 @pytest.mark.parametrize(("exercise", "mutant"), MUTANTS, ids=lambda v: v.id if isinstance(v, Exercise) else v.name)
 @pytest.mark.usefixtures("untraced")
-def test_a_mutants_verdict_describes_the_output_and_gives_no_code(exercise, mutant):
+def test_each_mutant_loses_its_points_and_is_named_as_no_catalogued_mistake(exercise, mutant):
     result = check_recorded(exercise.id, mutant.implementation)
+    assert result.points == 0, f"{mutant.name} ({mutant.what}) passed: {result.verdict}"
+    assert result.mistake is None and result.candidates == (), f"{mutant.name} named: {result.verdict}"
+    assert not lint(exercise.id, result), (lint(exercise.id, result), result.verdict)
+    # The verdict describes the output and gives no code (checked on this result: a mutant's check is run once).
     prose = _GENERIC_CODE.sub("", _OWN_LINE.sub("", result.verdict))
     assert "`" not in prose, f"{mutant.name}: {result.verdict}"
     if result.kind == "wrong_values":

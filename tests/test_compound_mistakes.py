@@ -20,6 +20,7 @@ from tutorial_lib.checks.core import Mistake, _ours, _same_behaviour
 
 CHAPTERS = sorted(m.name[2:] for m in pkgutil.iter_modules(checks.__path__) if re.fullmatch(r"ch\d\d", m.name))
 ALL_EXERCISES = [exercise for chapter in CHAPTERS for exercise in chapter_exercises(chapter)]
+pytestmark = pytest.mark.usefixtures("annotation_checks_off")  # tests/conftest.py says why
 PAIRS = [(exercise, compound) for exercise in ALL_EXERCISES for compound in compounds(exercise.mistakes)]
 
 
