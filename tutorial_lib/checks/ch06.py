@@ -470,13 +470,14 @@ def _block_module_call(cls, args):
 class _OwnLayerNorm(nn.Module):
     """A learner's LayerNorm module, written out (the catalogue's blocks may not call the package's)."""
 
-    def __init__(self, d_model: int) -> None:
+    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
         super().__init__()
+        self.eps = eps
         self.weight, self.bias = nn.Parameter(torch.ones(d_model)), nn.Parameter(torch.zeros(d_model))
 
     def forward(self, x: torch.Tensor, *, affine: bool = True) -> torch.Tensor:
         centred = x - x.mean(-1, keepdim=True)
-        normalized = centred / torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + 1e-5)
+        normalized = centred / torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + self.eps)
         return normalized * self.weight + self.bias if affine else normalized
 
 

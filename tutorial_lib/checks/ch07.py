@@ -27,6 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tutorial_lib.checks.ch04 import _mha_like
+from tutorial_lib.checks.ch05 import _feed_forward_like
+from tutorial_lib.checks.ch06 import _OwnLayerNorm
 from tutorial_lib.checks.compound import mistake_builder
 from tutorial_lib.attention import padding_mask
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
@@ -1006,48 +1009,6 @@ def locate_first_transformer_difference(cls, args) -> str | None:
                                      weights, (src, tgt), {"src_mask": src_mask})
 
 
-class _OwnNorm(nn.Module):
-    def __init__(self, d_model):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(d_model))
-        self.bias = nn.Parameter(torch.zeros(d_model))
-
-    def forward(self, x):
-        mean = x.mean(dim=-1, keepdim=True)
-        var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
-        return (x - mean) / torch.sqrt(var + 1e-5) * self.weight + self.bias
-
-
-class _OwnAttention(nn.Module):
-    def __init__(self, d_model, n_heads):
-        super().__init__()
-        self.n_heads = n_heads
-        self.q_proj, self.k_proj = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
-        self.v_proj, self.out_proj = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
-
-    def forward(self, x, context=None, mask=None, causal=False):
-        context = x if context is None else context
-        batch, seq, d_model = x.shape
-        q = self.q_proj(x).view(batch, seq, self.n_heads, -1).transpose(1, 2)
-        k, v = (p(context).view(batch, context.shape[1], self.n_heads, -1).transpose(1, 2) for p in (self.k_proj, self.v_proj))
-        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-        if mask is not None:
-            scores = scores.masked_fill(~(mask.unsqueeze(1) if mask.dim() == 3 else mask), float("-inf"))
-        if causal:
-            scores = scores.masked_fill(~torch.ones(seq, context.shape[1], dtype=torch.bool).tril(), float("-inf"))
-        z = torch.softmax(scores, dim=-1) @ v
-        return self.out_proj(z.transpose(1, 2).reshape(batch, seq, d_model))
-
-
-class _OwnFFN(nn.Module):
-    def __init__(self, d_model, d_ff):
-        super().__init__()
-        self.up, self.down = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
-
-    def forward(self, x):
-        return self.down(torch.relu(self.up(x)))
-
-
 def _sinusoid(n_ctx, d_model):
     position = torch.arange(n_ctx, dtype=torch.float64)[:, None]
     frequency = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
@@ -1065,8 +1026,8 @@ def _transformer_module_like(*, scale=True, positions=True, placement="post", ca
     class EncoderLayer(nn.Module):
         def __init__(self, d_model, n_heads, d_ff):
             super().__init__()
-            self.attn, self.ln_1 = _OwnAttention(d_model, n_heads), _OwnNorm(d_model)
-            self.ffn, self.ln_2 = _OwnFFN(d_model, d_ff), _OwnNorm(d_model)
+            self.attn, self.ln_1 = _mha_like()(d_model, n_heads), _OwnLayerNorm(d_model)
+            self.ffn, self.ln_2 = _feed_forward_like()(d_model, d_ff, "relu"), _OwnLayerNorm(d_model)
 
         def forward(self, x, mask=None):
             mask = mask if encoder_mask else None
@@ -1079,17 +1040,19 @@ def _transformer_module_like(*, scale=True, positions=True, placement="post", ca
     class DecoderLayer(nn.Module):
         def __init__(self, d_model, n_heads, d_ff):
             super().__init__()
-            self.self_attn, self.ln_1 = _OwnAttention(d_model, n_heads), _OwnNorm(d_model)
-            self.cross_attn, self.ln_2 = _OwnAttention(d_model, n_heads), _OwnNorm(d_model)
-            self.ffn, self.ln_3 = _OwnFFN(d_model, d_ff), _OwnNorm(d_model)
+            self.self_attn, self.ln_1 = _mha_like()(d_model, n_heads), _OwnLayerNorm(d_model)
+            self.cross_attn, self.ln_2 = _mha_like()(d_model, n_heads), _OwnLayerNorm(d_model)
+            self.ffn, self.ln_3 = _feed_forward_like()(d_model, d_ff, "relu"), _OwnLayerNorm(d_model)
 
         def forward(self, x, memory, src_mask=None):
             mask = src_mask if cross_mask else None
+            seq = x.shape[1]
+            causal_mask = torch.ones(seq, seq, dtype=torch.bool).tril() if causal else None
             if placement == "pre":
-                x = x + self.self_attn(self.ln_1(x), causal=causal)
+                x = x + self.self_attn(self.ln_1(x), mask=causal_mask)
                 x = x + self.cross_attn(self.ln_2(x), memory, mask=mask)
                 return x + self.ffn(self.ln_3(x))
-            x = self.ln_1(x + self.self_attn(x, causal=causal))
+            x = self.ln_1(x + self.self_attn(x, mask=causal_mask))
             if cross_from == "memory":
                 x = self.ln_2(x + self.cross_attn(x, memory, mask=mask))
             else:  # queries from memory, keys and values from the decoder

@@ -34,6 +34,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from tutorial_lib.attention import padding_mask
+from tutorial_lib.checks.ch04 import _mha_like
+from tutorial_lib.checks.ch06 import _OwnLayerNorm
 from tutorial_lib.checks.compound import mistake_builder
 from tutorial_lib.blocks import TransformerBlock
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register
@@ -858,43 +860,13 @@ def locate_first_bert_difference(cls, args) -> str | None:
                                      (tokens, segments), {"mask": mask})
 
 
-class _OwnNorm(nn.Module):
-    def __init__(self, d_model, eps):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(d_model))
-        self.bias = nn.Parameter(torch.zeros(d_model))
-
-    def forward(self, x):
-        mean = x.mean(dim=-1, keepdim=True)
-        var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
-        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
-
-
-class _OwnAttention(nn.Module):
-    def __init__(self, d_model, n_heads):
-        super().__init__()
-        self.n_heads = n_heads
-        self.q_proj, self.k_proj = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
-        self.v_proj, self.out_proj = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
-
-    def forward(self, x, mask=None):
-        batch, seq, d_model = x.shape
-        q, k, v = (p(x).view(batch, seq, self.n_heads, -1).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
-        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-        if mask is not None:
-            scores = scores.masked_fill(~(mask.unsqueeze(1) if mask.dim() == 3 else mask), float("-inf"))
-        z = torch.softmax(scores, dim=-1) @ v
-        return self.out_proj(z.transpose(1, 2).reshape(batch, seq, d_model))
-
-
 @mistake_builder
 def _bert_module_like(*, placement="post", embedding_norm=True, segments_used=True, gelu="erf", use_mask=True,
                       norm_eps=None, head="transform", causal=False):
     """A learner's BERT made of a learner's parts; each keyword reproduces one way of getting it wrong."""
     def activation(x):
         if gelu == "erf":
-            return 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
+            return _erf_gelu(x)
         return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
 
     class FFN(nn.Module):
@@ -909,8 +881,8 @@ def _bert_module_like(*, placement="post", embedding_norm=True, segments_used=Tr
         def __init__(self, d_model, n_heads, d_ff, eps):
             super().__init__()
             eps = norm_eps or eps
-            self.attn, self.ln_1 = _OwnAttention(d_model, n_heads), _OwnNorm(d_model, eps)
-            self.ffn, self.ln_2 = FFN(d_model, d_ff), _OwnNorm(d_model, eps)
+            self.attn, self.ln_1 = _mha_like()(d_model, n_heads), _OwnLayerNorm(d_model, eps)
+            self.ffn, self.ln_2 = FFN(d_model, d_ff), _OwnLayerNorm(d_model, eps)
 
         def forward(self, x, mask=None):
             seq = x.shape[1]
@@ -931,10 +903,10 @@ def _bert_module_like(*, placement="post", embedding_norm=True, segments_used=Tr
             self.embed = nn.Embedding(d_vocab, d_model)
             self.pos_embed = nn.Embedding(n_ctx, d_model)
             self.segment_embed = nn.Embedding(n_segments, d_model)
-            self.ln_embed = _OwnNorm(d_model, norm_eps or eps)
+            self.ln_embed = _OwnLayerNorm(d_model, norm_eps or eps)
             self.blocks = nn.ModuleList(Block(d_model, n_heads, d_ff, eps) for _ in range(n_layers))
             self.mlm_dense = nn.Linear(d_model, d_model)
-            self.mlm_norm = _OwnNorm(d_model, norm_eps or eps)
+            self.mlm_norm = _OwnLayerNorm(d_model, norm_eps or eps)
             self.mlm_bias = nn.Parameter(torch.zeros(d_vocab))
 
         def forward(self, tokens, segments=None, mask=None):
