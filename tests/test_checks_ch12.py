@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from tutorial_lib.checks import check, get_exercise
 from tutorial_lib.models.llama import LlamaBlock, LlamaConfig
-from tutorial_lib.rope import rope_tables
+from tutorial_lib.rope import apply_rope, rope_tables
 
 from conftest import check_recorded  # a prediction's answer is recorded before its check, as in a notebook
 
@@ -80,7 +80,7 @@ def apply_like(**wrong):
 
 
 def block_like(**wrong):
-    def block(x, weights, n_heads, cos, sin, eps=1e-6):
+    def block(x, weights, n_heads, n_kv_heads, cos, sin, eps=1e-6):
         batch, seq, d_model = x.shape
         d_head = d_model // n_heads
 
@@ -93,18 +93,27 @@ def block_like(**wrong):
             t1, t2 = t[..., : d_head // 2], t[..., d_head // 2 :]
             return t * cos[:seq] + torch.cat([-t2, t1], dim=-1) * sin[:seq]
 
-        def heads(t):
-            return t.view(batch, seq, n_heads, d_head).transpose(1, 2)
+        def heads(t, n):
+            return t.view(batch, seq, n, d_head).transpose(1, 2)
+
+        def grouped(t):  # (batch, n_kv_heads, seq, d_head) -> (batch, n_heads, seq, d_head), copies side by side
+            n_rep = n_heads // n_kv_heads
+            if wrong.get("tiled"):
+                return torch.cat([t] * n_rep, dim=1)
+            return t[:, :, None].expand(batch, n_kv_heads, n_rep, seq, d_head).reshape(batch, n_heads, seq, d_head)
 
         def attention(h):
-            q, k, v = heads(h @ weights["wq"]), heads(h @ weights["wk"]), heads(h @ weights["wv"])
+            q = heads(h @ weights["wq"], n_heads)
+            k, v = heads(h @ weights["wk"], n_kv_heads), heads(h @ weights["wv"], n_kv_heads)
             if not wrong.get("late"):
                 q, k = rope(q), rope(k)
             if wrong.get("v"):
                 v = rope(v)
-            mask = torch.ones(seq, seq, dtype=torch.bool).tril()
-            z = F.scaled_dot_product_attention(q, k, v, attn_mask=None if wrong.get("no_mask") else mask,
-                                               scale=1 / math.sqrt(d_model) if wrong.get("d_model") else None)
+            k, v = grouped(k), grouped(v)
+            scores = q @ k.transpose(-2, -1) / math.sqrt(d_model if wrong.get("d_model") else d_head)
+            if not wrong.get("no_mask"):
+                scores = scores.masked_fill(~torch.ones(seq, seq, dtype=torch.bool).tril(), float("-inf"))
+            z = torch.softmax(scores, dim=-1) @ v
             if wrong.get("late"):
                 z = rope(z)
             return z.transpose(1, 2).reshape(batch, seq, d_model) @ weights["wo"]
@@ -139,6 +148,7 @@ LEARNER_MISTAKES = [
     ("12.llama_block", block_like(no_mask=True), "no_causal_mask"),
     ("12.llama_block", block_like(post=True), "norm_after_residual"),
     ("12.llama_block", block_like(d_model=True), "scaled_by_d_model"),
+    ("12.llama_block", block_like(tiled=True), "kv_heads_tiled"),
 ]
 
 
@@ -172,7 +182,7 @@ def test_the_references_are_the_package_functions_and_the_llama_block():
     cos, sin = rope_tables(12, 8)
     torch.testing.assert_close(reference_apply_rope(x, cos, sin, offset=5), RotaryEmbedding(8, 12)(x, offset=5))
 
-    cfg = LlamaConfig(d_vocab=10, n_ctx=12, d_model=32, n_heads=4, n_layers=1, layer_norm_eps=1e-5)
+    cfg = LlamaConfig(d_vocab=10, n_ctx=12, d_model=32, n_heads=4, n_kv_heads=2, n_layers=1, layer_norm_eps=1e-5)
     block = LlamaBlock(cfg).eval()
     with torch.no_grad():
         for parameter in block.parameters():
@@ -186,7 +196,7 @@ def test_the_references_are_the_package_functions_and_the_llama_block():
     x = torch.randn(2, 9, 32) + 0.5
     cos, sin = rope_tables(12, 8)
     with torch.no_grad():
-        torch.testing.assert_close(reference_llama_block(x, weights, 4, cos, sin, 1e-5), block(x, causal=True))
+        torch.testing.assert_close(reference_llama_block(x, weights, 4, 2, cos, sin, 1e-5), block(x, causal=True))
 
 
 # --- repeat_kv -------------------------------------------------------------------------------------------------------
@@ -259,3 +269,25 @@ def test_the_rmsnorm_spread_is_measured_and_its_misconceptions_are_named(predict
     assert predict("12.predict_rmsnorm_spread", lambda: 0.2).mistake == "no_square_root"
     assert predict("12.predict_rmsnorm_spread", lambda: 0.05).mistake == "unit_length"
     assert not predict("12.predict_rmsnorm_spread", lambda: 2.0).passed
+
+
+def test_torchs_fused_attention_scores_nothing_in_the_block():
+    # enable_gqa would repeat the key/value heads for the learner: the block asks for the repetition itself.
+    def fused(x, weights, n_heads, n_kv_heads, cos, sin, eps=1e-6):
+        batch, seq, d_model = x.shape
+
+        def norm(h, w):
+            return w * h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+
+        def heads(t, n):
+            return t.view(batch, seq, n, d_model // n_heads).transpose(1, 2)
+
+        h = norm(x, weights["attn_norm"])
+        q, k = apply_rope(heads(h @ weights["wq"], n_heads), cos, sin), apply_rope(heads(h @ weights["wk"], n_kv_heads), cos, sin)
+        z = F.scaled_dot_product_attention(q, k, heads(h @ weights["wv"], n_kv_heads), is_causal=True, enable_gqa=True)
+        x = x + z.transpose(1, 2).reshape(batch, seq, d_model) @ weights["wo"]
+        h = norm(x, weights["ffn_norm"])
+        return x + (F.silu(h @ weights["w_gate"]) * (h @ weights["w_up"])) @ weights["w_down"]
+
+    result = check_recorded("12.llama_block", fused)
+    assert result.points == 0 and "F.scaled_dot_product_attention" in result.verdict, result.verdict

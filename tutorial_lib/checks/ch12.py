@@ -1,4 +1,5 @@
-"""Chapter 12's exercises: RoPE's tables, RoPE applied with a KV-cache offset, and a LLaMA block's forward pass.
+"""Chapter 12's exercises: RoPE's tables, RoPE applied with a KV-cache offset, grouped-query attention's repeated
+key/value heads, and a LLaMA block's forward pass.
 
 - ``12.rope_tables`` is the package's :func:`~tutorial_lib.rope.rope_tables` (the halves layout of Hugging Face's
   LLaMA: dimensions ``i`` and ``i + d_head/2`` share the angle ``m·θ_i``), on contexts short enough that float32 angles
@@ -7,22 +8,25 @@
   ``offset .. offset + seq - 1``; the cases include one new token after seven cached ones (generation) and a block of
   tokens after an offset, so that a learner who ignores the offset, or uses position ``offset`` for every token, is
   caught.
-- ``12.llama_block`` is one pre-norm block with RMSNorm, causal multi-head attention with RoPE on q and k, and SwiGLU,
-  no biases, weights given as matrices used as ``x @ w``. Its reference is written with the package's functions; the
-  tests check it against :class:`~tutorial_lib.models.llama.LlamaBlock` with the same weights. The inputs have a
-  non-zero mean per position, so that an RMSNorm that subtracts the mean is told apart, and one case has ε = 0.5.
 - ``12.repeat_kv`` is grouped-query attention's repetition of the key/value heads,
   :func:`~tutorial_lib.models.llama.repeat_kv`: ``(batch, n_kv_heads, seq, d_head)`` to ``n_kv_heads · n_rep``
   heads, head ``h`` a copy of head ``h // n_rep``. The cases have two or more key/value heads repeated, so that
   ``x.repeat(1, n_rep, 1, 1)`` (the heads tiled, ``h % n_kv_heads``) is told apart from ``repeat_interleave``, and
   ``n_kv_heads != n_rep`` once, so that the two counts cannot be swapped unnoticed.
+- ``12.llama_block`` is one pre-norm block with RMSNorm, causal grouped-query attention with RoPE on q and k (written
+  out: torch's fused attention, whose ``enable_gqa`` would repeat the heads, is refused), and SwiGLU, no biases,
+  weights given as matrices used as ``x @ w``. Its reference is written with the package's functions; the tests check
+  it against :class:`~tutorial_lib.models.llama.LlamaBlock` with the same weights. The inputs have a non-zero mean per
+  position, so that an RMSNorm that subtracts the mean is told apart, and one case has ε = 0.5; the cases have 2 of 4,
+  all and 1 of 2 key/value heads, so that the heads tiled instead of repeated in place are told apart.
 - ``12.predict_rope_wavelength`` (predict, then measure): how many positions the slowest pair of a 64-dimensional
   head needs for one turn, 2π / θ_31, from :func:`~tutorial_lib.rope.rope_frequencies`.
 - ``12.predict_rmsnorm_spread`` (predict, then measure): the spread over the features of RMSNorm's output when every
   feature of a position carries the same offset, measured on seeded samples with the package's
   :class:`~tutorial_lib.normalization.RMSNorm` (LayerNorm's would be 1).
 
-``12.llama_block`` is the chapter's build exercise: it composes RMSNorm, RoPE, causal attention and SwiGLU.
+``12.llama_block`` is the chapter's build exercise: it composes RMSNorm, RoPE (the learner's), grouped-query attention
+(the learner's ``repeat_kv``) and SwiGLU.
 
 As in ``ch03``, the mistakes are written the way a learner would write them and carry no annotations.
 """
@@ -38,6 +42,7 @@ from tutorial_lib.attention import causal_mask
 from tutorial_lib.checks.compound import mistake_builder
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register, uses_earlier_answer
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
+from tutorial_lib.checks.tracing import ATTENTION_CALLEES
 from tutorial_lib.models.llama import LlamaBlock, repeat_kv
 from tutorial_lib.multi_head import merge_heads, split_heads
 from tutorial_lib.normalization import RMSNorm
@@ -250,11 +255,14 @@ def _attention(q, k, v, *, causal=True, scale=None, softmax_dim=-1):
     return torch.softmax(scores, dim=softmax_dim).nan_to_num(0.0) @ v  # over the queries, a causal column can be empty
 
 
-def reference_llama_block(x, weights, n_heads, cos, sin, eps=1e-6):
-    """x + Attention(RMSNorm(x)), then + SwiGLU(RMSNorm(·)); RoPE on q and k at positions 0 .. seq - 1, causal."""
+def reference_llama_block(x, weights, n_heads, n_kv_heads, cos, sin, eps=1e-6):
+    """x + Attention(RMSNorm(x)), then + SwiGLU(RMSNorm(·)); RoPE on q and k at positions 0 .. seq - 1, causal;
+    ``n_kv_heads`` key/value heads, each read by ``n_heads / n_kv_heads`` consecutive query heads."""
     h = _rms_norm(x, weights["attn_norm"], eps)
-    q, k, v = (split_heads(h @ weights[name], n_heads) for name in ("wq", "wk", "wv"))
+    q = split_heads(h @ weights["wq"], n_heads)
+    k, v = (split_heads(h @ weights[name], n_kv_heads) for name in ("wk", "wv"))
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    k, v = repeat_kv(k, n_heads // n_kv_heads), repeat_kv(v, n_heads // n_kv_heads)
     x = x + merge_heads(_attention(q, k, v)) @ weights["wo"]
     h = _rms_norm(x, weights["ffn_norm"], eps)
     return x + (F.silu(h @ weights["w_gate"]) * (h @ weights["w_up"])) @ weights["w_down"]
@@ -264,10 +272,11 @@ def _block_cases(generator: torch.Generator) -> list[Case]:
     def randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         return torch.randn(*shape, generator=generator, dtype=dtype)
 
-    def weights(d_model: int, d_ff: int, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
-        square = {name: randn(d_model, d_model, dtype=dtype) / math.sqrt(d_model) for name in ("wq", "wk", "wv", "wo")}
+    def weights(d_model: int, d_ff: int, d_kv: int, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+        widths = {"wq": d_model, "wk": d_kv, "wv": d_kv, "wo": d_model}  # d_kv = n_kv_heads · d_head
+        projections = {name: randn(d_model, width, dtype=dtype) / math.sqrt(d_model) for name, width in widths.items()}
         return {
-            "attn_norm": 1 + 0.3 * randn(d_model, dtype=dtype), **square,
+            "attn_norm": 1 + 0.3 * randn(d_model, dtype=dtype), **projections,
             "ffn_norm": 1 + 0.3 * randn(d_model, dtype=dtype),
             "w_gate": randn(d_model, d_ff, dtype=dtype) / math.sqrt(d_model),
             "w_up": randn(d_model, d_ff, dtype=dtype) / math.sqrt(d_model),
@@ -279,18 +288,21 @@ def _block_cases(generator: torch.Generator) -> list[Case]:
         return {"cos": cos.to(dtype), "sin": sin.to(dtype)}
 
     return [
-        Case.of(x=randn(2, 5, 16) + 0.5, weights=weights(16, 48), n_heads=4, **tables(8, 4), eps=1e-6,
-                note="4 heads of d_head 4"),
-        Case.of(x=randn(1, 7, 32) - 0.5, weights=weights(32, 96), n_heads=2, **tables(7, 16), eps=0.5,
-                note="2 heads of d_head 16, ε = 0.5"),
-        Case.of(x=randn(2, 4, 8, dtype=torch.float64) + 1.0, weights=weights(8, 24, torch.float64), n_heads=2,
-                **tables(16, 4, torch.float64), eps=1e-6, note="float64"),
+        Case.of(x=randn(2, 5, 16) + 0.5, weights=weights(16, 48, 8), n_heads=4, n_kv_heads=2, **tables(8, 4),
+                eps=1e-6, note="4 query heads of d_head 4 sharing 2 key/value heads"),
+        Case.of(x=randn(1, 7, 32) - 0.5, weights=weights(32, 96, 32), n_heads=2, n_kv_heads=2, **tables(7, 16),
+                eps=0.5, note="2 heads of d_head 16 (multi-head: n_kv_heads = n_heads), ε = 0.5"),
+        Case.of(x=randn(2, 4, 8, dtype=torch.float64) + 1.0, weights=weights(8, 24, 4, torch.float64), n_heads=2,
+                n_kv_heads=1, **tables(16, 4, torch.float64), eps=1e-6, note="float64, multi-query: 1 key/value head"),
     ]
 
 
 @mistake_builder
-def _block_like(*, norm="rms", rotate="qk", causal=True, scale="d_head", placement="pre", eps_inside=True, softmax_dim=-1):
-    """A learner's LLaMA block; each keyword reproduces one way of getting it wrong."""
+def _block_like(*, norm="rms", rotate="qk", causal=True, scale="d_head", placement="pre", eps_inside=True, softmax_dim=-1,
+                kv_order="interleave"):
+    """A learner's LLaMA block; each keyword reproduces one way of getting it wrong. ``kv_order="tile"``: the key/value
+    heads written as a whole stack n_rep times (``k.repeat(1, n_rep, 1, 1)``), so query head h reads head h mod
+    n_kv_heads."""
 
     def rms(x, weight, eps):
         if norm == "layer":  # subtracts the mean: LayerNorm without its bias
@@ -298,18 +310,24 @@ def _block_like(*, norm="rms", rotate="qk", causal=True, scale="d_head", placeme
         ms = x.pow(2).mean(dim=-1, keepdim=True)
         return (x / torch.sqrt(ms + eps) if eps_inside else x / (torch.sqrt(ms) + eps)) * weight
 
-    def llama_block(x, weights, n_heads, cos, sin, eps=1e-6):
+    def llama_block(x, weights, n_heads, n_kv_heads, cos, sin, eps=1e-6):
         def residual(x, name, sublayer):
             if placement == "post":
                 return rms(x + sublayer(x), weights[name], eps)
             return x + sublayer(rms(x, weights[name], eps))
 
         def attend(h):
-            q, k, v = (split_heads(h @ weights[name], n_heads) for name in ("wq", "wk", "wv"))
+            q = split_heads(h @ weights["wq"], n_heads)
+            k, v = (split_heads(h @ weights[name], n_kv_heads) for name in ("wk", "wv"))
             if rotate in ("qk", "qkv"):
                 q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
             if rotate == "qkv":
                 v = apply_rope(v, cos, sin)
+            n_rep = n_heads // n_kv_heads
+            if kv_order == "tile":
+                k, v = k.repeat(1, n_rep, 1, 1), v.repeat(1, n_rep, 1, 1)
+            else:
+                k, v = k.repeat_interleave(n_rep, dim=1), v.repeat_interleave(n_rep, dim=1)
             d = q.shape[-1] if scale == "d_head" else x.shape[-1]
             z = _attention(q, k, v, causal=causal, scale=d**-0.5, softmax_dim=softmax_dim)
             if rotate == "output":  # rotated after the scores were computed: the attention's output
@@ -324,22 +342,32 @@ def _block_like(*, norm="rms", rotate="qk", causal=True, scale="d_head", placeme
     return llama_block
 
 
-def _block_gate_up_swapped(x, weights, n_heads, cos, sin, eps=1e-6):
+def _block_gate_up_swapped(x, weights, n_heads, n_kv_heads, cos, sin, eps=1e-6):
     swapped = {**weights, "w_gate": weights["w_up"], "w_up": weights["w_gate"]}
-    return reference_llama_block(x, swapped, n_heads, cos, sin, eps)
+    return reference_llama_block(x, swapped, n_heads, n_kv_heads, cos, sin, eps)
+
+
+def _llama_block_preconditions(obj):
+    """Graded once the learner's RoPE (exercise 3) and repeat_kv (exercise 4) pass their own checks, where called."""
+    for name, exercise_id, number in (("apply_rope", "12.apply_rope", 3), ("repeat_kv", "12.repeat_kv", 4)):
+        if (failed := uses_earlier_answer(name, exercise_id, number)(obj)) is not None:
+            return failed
+    return None
 
 
 LLAMA_BLOCK = Exercise(
     id="12.llama_block",
-    precondition=uses_earlier_answer("apply_rope", "12.apply_rope", 3),  # your RoPE of exercise 3, graded there
+    precondition=_llama_block_preconditions,  # your RoPE and repeat_kv of exercises 3 and 4, graded there
     gradients=True,  # trained in the book: a detached or no_grad path must not pass
-    forbidden=(LlamaBlock,),
+    # the package's block, and torch's fused attention, whose enable_gqa would do the repetition asked for here
+    forbidden=(LlamaBlock, *ATTENTION_CALLEES),
     reference=reference_llama_block,
     cases=_block_cases,
     points=2,
     outputs=("the block's output",),
     axes={"the block's output": "seq d_model"},
-    checked="4 heads of d_head 4, 2 heads of d_head 16 with ε = 0.5, and float64, inputs with a non-zero mean",
+    checked=("4 query heads sharing 2 key/value heads, 2 heads of d_head 16 with ε = 0.5, and multi-query attention "
+             "in float64, inputs with a non-zero mean"),
     mistakes=(
         Mistake("values_rotated", "rotated the values too, not only the queries and keys",
                 "RoPE goes on q and k, whose dot product then depends on the offset alone. Rotating v makes each "
@@ -361,6 +389,11 @@ LLAMA_BLOCK = Exercise(
         Mistake("scaled_by_d_model", "divided the scores by √d_model instead of √d_head",
                 "Each head's dot products are over d_head dimensions, so the scaling of Eq. (1) is 1/√d_head.",
                 (_block_like(scale="d_model"),)),
+        Mistake("kv_heads_tiled", "repeated the whole stack of key/value heads instead of each head in place",
+                "The first n_rep query heads form one group and share key/value head 0: query head h reads key/value "
+                "head h // n_rep. Written as a whole stack n_rep times, query head 1 reads key/value head 1 instead: "
+                "repeat each head where it stands, as your repeat_kv of exercise 4 does.",
+                (_block_like(kv_order="tile"),)),
     ),
     mutants=(
         Mutant("gate_up_swapped", "puts SiLU on the up branch instead of the gate", _block_gate_up_swapped),
@@ -555,4 +588,4 @@ PREDICT_RMSNORM_SPREAD = predict_number(
 )
 
 
-register(ROPE_TABLES, PREDICT_ROPE_WAVELENGTH, APPLY_ROPE, LLAMA_BLOCK, REPEAT_KV, PREDICT_RMSNORM_SPREAD)
+register(ROPE_TABLES, PREDICT_ROPE_WAVELENGTH, APPLY_ROPE, REPEAT_KV, LLAMA_BLOCK, PREDICT_RMSNORM_SPREAD)
