@@ -323,11 +323,8 @@ def _block_like(*, norm="rms", rotate="qk", causal=True, scale="d_head", placeme
                 q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
             if rotate == "qkv":
                 v = apply_rope(v, cos, sin)
-            n_rep = n_heads // n_kv_heads
-            if kv_order == "tile":
-                k, v = k.repeat(1, n_rep, 1, 1), v.repeat(1, n_rep, 1, 1)
-            else:
-                k, v = k.repeat_interleave(n_rep, dim=1), v.repeat_interleave(n_rep, dim=1)
+            repeat = _repeat_like(order=kv_order)  # exercise 4's learner, right or tiled
+            k, v = repeat(k, n_heads // n_kv_heads), repeat(v, n_heads // n_kv_heads)
             d = q.shape[-1] if scale == "d_head" else x.shape[-1]
             z = _attention(q, k, v, causal=causal, scale=d**-0.5, softmax_dim=softmax_dim)
             if rotate == "output":  # rotated after the scores were computed: the attention's output
