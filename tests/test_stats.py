@@ -97,6 +97,8 @@ def test_holm_adjusts_step_down_as_its_definition_says():
     assert {name: v.verdict for name, v in judged.items()} == {
         "a": "worse", "b": "no difference detected at n = 5 (Holm, family of 4)",
         "c": "no difference detected at n = 5 (Holm, family of 4)", "d": "worse"}
+    assert judged["a"].describe() == "worse (Holm p = 0.0300, family of 4)"
+    assert judged["b"].describe() == "no difference detected at n = 5 (Holm p = 0.0600, family of 4)"
     assert holm({"c": _with_p(0.03, -0.1)})["c"].verdict == "better"  # alone, as compare_paired's interval says
     assert holm({"a": _with_p(0.01)}, lower_is_better=False)["a"].verdict == "better"
 

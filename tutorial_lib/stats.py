@@ -144,11 +144,18 @@ class FamilyVerdict:
     comparison: PairedComparison
     adjusted_p: float
     verdict: str
+    family_size: int = 1
 
     @property
     def p_value(self) -> float:
         """The comparison's own p-value, before the adjustment."""
         return self.comparison.p_value
+
+    def describe(self, digits: int = 4) -> str:
+        """The verdict with what it was judged in: ``"worse (Holm p = 0.0124, family of 3)"``,
+        ``"no difference detected at n = 3 (Holm p = 0.0589, family of 4)"``."""
+        word = self.verdict.split(" (Holm, family of ")[0]
+        return f"{word} (Holm p = {self.adjusted_p:.{digits}f}, family of {self.family_size})"
 
 
 def holm(comparisons: dict[str, PairedComparison], *, lower_is_better: bool | Mapping[str, bool] = True,
@@ -183,7 +190,7 @@ def holm(comparisons: dict[str, PairedComparison], *, lower_is_better: bool | Ma
             verdict = "better" if lower == directions[name] else "worse"
         else:
             verdict = f"no difference detected at n = {comparison.n} (Holm, family of {m})"
-        verdicts[name] = FamilyVerdict(comparison, adjusted[name], verdict)
+        verdicts[name] = FamilyVerdict(comparison, adjusted[name], verdict, m)
     return verdicts
 
 
