@@ -224,13 +224,30 @@ class MyFeedForward(torch.nn.Module):
 class MyBlock(torch.nn.Module):
     wrong = None
 
-    def __init__(self, d_model, n_heads, d_ff, kind="gelu_tanh"):
+    def __init__(self, d_model, n_heads, d_ff, kind="gelu_tanh", placement="pre"):
         super().__init__()
+        if placement not in ("pre", "post") and self.wrong != "no refusal":
+            raise ValueError(f"placement: 'pre' or 'post', not {placement!r}")
+        self.placement = placement
         self.ln_1, self.attn = MyLayerNorm(d_model), MyAttention(d_model, n_heads)
         self.ln_2, self.ffn = MyLayerNorm(d_model), MyFeedForward(d_model, d_ff, kind)
 
     def forward(self, x, mask=None):
         wrong = self.wrong
+        if self.placement == "post" and wrong not in ("always pre", "post"):
+            if wrong == "post on the branch":
+                h = x + self.ln_1(self.attn(x, mask=mask))
+                return h + self.ln_2(self.ffn(h))
+            if wrong == "no mask":
+                mask = None
+            norm_1, norm_2 = self.ln_1, self.ln_1 if wrong == "one norm" else self.ln_2
+            if wrong == "no affine":
+                def norm_1(t):
+                    centred = t - t.mean(-1, keepdim=True)
+                    return centred / (centred.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt()
+                norm_2 = norm_1
+            h = norm_1(x + self.attn(x, mask=mask))
+            return norm_2(self.ffn(h)) if wrong == "no residual" else norm_2(h + self.ffn(h))
         if wrong == "post":
             h = self.ln_1(x + self.attn(x, mask=mask))
             return self.ln_2(h + self.ffn(h))
@@ -257,7 +274,8 @@ def my_block(wrong):
 
 BLOCK_MISTAKES = [("post", "post_norm_block"), ("one norm", "one_norm_for_both"), ("stream", "normalized_the_stream"),
                   ("no residual", "dropped_a_residual"), ("no mask", "mask_not_passed"),
-                  ("no affine", "norms_without_gamma_and_beta")]
+                  ("no affine", "norms_without_gamma_and_beta"), ("always pre", "placement_ignored"),
+                  ("post on the branch", "post_norm_on_the_branch"), ("no refusal", "placement_not_refused")]
 
 
 @pytest.mark.parametrize(("wrong", "mistake"), BLOCK_MISTAKES, ids=[m for _, m in BLOCK_MISTAKES])
@@ -274,8 +292,8 @@ def test_a_block_built_on_the_packages_modules_scores_nothing():
     from tutorial_lib.normalization import LayerNorm
 
     class OnPackageNorms(MyBlock):
-        def __init__(self, d_model, n_heads, d_ff, kind):
-            super().__init__(d_model, n_heads, d_ff, kind)
+        def __init__(self, d_model, n_heads, d_ff, kind, placement="pre"):
+            super().__init__(d_model, n_heads, d_ff, kind, placement)
             self.ln_1, self.ln_2 = LayerNorm(d_model), LayerNorm(d_model)
 
     assert check("06.block", OnPackageNorms).kind == "calls_the_work"
@@ -296,3 +314,31 @@ def test_the_block_reference_is_the_packages_pre_norm_gpt_block():
     book.load_state_dict(renamed)
     x = torch.randn(2, 7, 16)
     torch.testing.assert_close(book(x, mask=torch.ones(7, 7, dtype=torch.bool).tril()), block(x, causal=True))
+
+
+def test_the_post_norm_block_reference_is_torchs_post_norm_encoder_layer():
+    """placement="post": torch's own nn.TransformerEncoderLayer (norm_first=False), its weights copied across."""
+    from tutorial_lib.checks.ch06 import BookBlock
+
+    torch.manual_seed(0)
+    book = BookBlock(16, 4, 32, kind="relu", placement="post").eval()
+    with torch.no_grad():
+        for p in book.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    torch_layer = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, activation="relu", batch_first=True,
+                                                   norm_first=False).eval()
+    ours = dict(book.named_parameters())
+    with torch.no_grad():
+        torch_layer.self_attn.in_proj_weight.copy_(torch.cat([ours[f"attn.{n}_proj.weight"] for n in "qkv"]))
+        torch_layer.self_attn.in_proj_bias.copy_(torch.cat([ours[f"attn.{n}_proj.bias"] for n in "qkv"]))
+        for mine, theirs in (("attn.out_proj", torch_layer.self_attn.out_proj), ("ln_1", torch_layer.norm1),
+                             ("ln_2", torch_layer.norm2)):
+            theirs.weight.copy_(ours[f"{mine}.weight"]), theirs.bias.copy_(ours[f"{mine}.bias"])
+        linears = [m for m in book.ffn.modules() if isinstance(m, torch.nn.Linear)]
+        for mine, theirs in zip(linears, (torch_layer.linear1, torch_layer.linear2)):
+            theirs.weight.copy_(mine.weight), theirs.bias.copy_(mine.bias)
+    x = torch.randn(2, 7, 16)
+    causal = torch.ones(7, 7, dtype=torch.bool).tril()
+    torch.testing.assert_close(book(x, mask=causal), torch_layer(x, src_mask=~causal), atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="placement must be 'pre'"):
+        BookBlock(16, 4, 32, placement="sandwich")

@@ -19,9 +19,11 @@ class LayerNorm(nn.Module):
 
 
 class Block(nn.Module):
-    """GPT-2's pre-norm block: h = x + attn(ln_1(x)), out = h + ffn(ln_2(h)), the mask handed to the attention."""
+    """A transformer block, the mask handed to the attention. ``placement="pre"`` (GPT-2's, the default):
+    h = x + attn(ln_1(x)), out = h + ffn(ln_2(h)); ``placement="post"`` (the paper's §3.1): h = ln_1(x + attn(x)),
+    out = ln_2(h + ffn(h)). Any other placement: ValueError, naming the argument."""
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, kind: str = "gelu_tanh") -> None:
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, kind: str = "gelu_tanh", placement: str = "pre") -> None:
         super().__init__()
         raise NotImplementedError("write your solution here")
 

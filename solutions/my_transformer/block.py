@@ -24,11 +24,16 @@ class LayerNorm(nn.Module):
 
 
 class Block(nn.Module):
-    """GPT-2's pre-norm block: h = x + attn(ln_1(x)), out = h + ffn(ln_2(h)), the mask handed to the attention."""
+    """A transformer block, the mask handed to the attention. ``placement="pre"`` (GPT-2's, the default):
+    h = x + attn(ln_1(x)), out = h + ffn(ln_2(h)); ``placement="post"`` (the paper's §3.1): h = ln_1(x + attn(x)),
+    out = ln_2(h + ffn(h)). Any other placement: ValueError, naming the argument."""
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, kind: str = "gelu_tanh") -> None:
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, kind: str = "gelu_tanh", placement: str = "pre") -> None:
         super().__init__()
         # BEGIN SOLUTION
+        if placement not in ("pre", "post"):
+            raise ValueError(f"placement must be 'pre' or 'post', got {placement!r}")
+        self.placement = placement
         self.ln_1 = LayerNorm(d_model)
         self.attn = MultiHeadAttention(d_model, n_heads)
         self.ln_2 = LayerNorm(d_model)
@@ -39,6 +44,9 @@ class Block(nn.Module):
         self, x: Float[Tensor, "batch seq d_model"], mask: Bool[Tensor, "..."] | None = None
     ) -> Float[Tensor, "batch seq d_model"]:
         # BEGIN SOLUTION
+        if self.placement == "post":
+            h = self.ln_1(x + self.attn(x, mask=mask))
+            return self.ln_2(h + self.ffn(h))
         h = x + self.attn(self.ln_1(x), mask=mask)
         return h + self.ffn(self.ln_2(h))
         # END SOLUTION

@@ -328,26 +328,33 @@ def _block_cases(generator: torch.Generator) -> list[Case]:
 
 
 @mistake_builder
-def _block_like(*, arrangement="pre", second_norm="norm_2", attention_residual=True, ffn_residual=True,
-                order="attention_first"):
-    """A learner's block, composed one of the ways it goes wrong: ``arrangement`` "pre" (right), "post", "parallel"
-    or "stream" (the stream itself normalized); ``second_norm="norm_1"`` (one norm for both); a residual left out;
-    ``order="ffn_first"``. Every arrangement takes the other keywords, so that two mistakes make one block."""
+def _block_like(*, arrangement=None, second_norm="norm_2", attention_residual=True, ffn_residual=True,
+                order="attention_first", post_norm="after_the_sum"):
+    """A learner's block, composed one of the ways it goes wrong. ``arrangement``: None (right: the block's
+    ``placement``, pre-norm unless told), "pre" or "post" whatever the placement, or "parallel" or "stream" (the stream
+    itself normalized) in place of pre-norm; ``second_norm="norm_1"`` (one norm for both); a residual left out;
+    ``order="ffn_first"``; ``post_norm="on_the_branch"`` (post-norm's norm on the sublayer's output, x + Norm(Sublayer(x))).
+    Every arrangement takes the other keywords, so that two mistakes make one block."""
 
-    def pre_norm_block(x, attention, feed_forward, norm_1, norm_2):
+    def pre_norm_block(x, attention, feed_forward, norm_1, norm_2, placement="pre"):
         ffn_norm = norm_2 if second_norm == "norm_2" else norm_1
         steps = [(attention, norm_1, attention_residual), (feed_forward, ffn_norm, ffn_residual)]
         if order == "ffn_first":
             steps.reverse()
-        if arrangement == "parallel":  # both sublayers read x; a residual left out drops x from the one sum
+        if arrangement == "parallel" and placement == "pre":  # both read x; a residual left out drops x from the sum
             (first, norm_a, _), (second, norm_b, _) = steps
             if attention_residual and ffn_residual:
                 return x + first(norm_a(x)) + second(norm_b(x))
             return first(norm_a(x)) + second(norm_b(x))
+        wiring = arrangement or placement
+        if wiring in ("parallel", "stream") and placement == "post":  # a pre-norm mistake: the post-norm block is right
+            wiring = "post"
         for sublayer, norm, residual in steps:
-            if arrangement == "post":
+            if wiring == "post" and post_norm == "on_the_branch":
+                x = x + norm(sublayer(x)) if residual else norm(sublayer(x))
+            elif wiring == "post":
                 x = norm(x + sublayer(x) if residual else sublayer(x))
-            elif arrangement == "stream":
+            elif wiring == "stream":
                 x = norm(x)
                 x = x + sublayer(x) if residual else sublayer(x)
             else:
@@ -416,18 +423,33 @@ PRE_NORM_BLOCK = Exercise(
 # --- 06.block (the build track's block: the learner's LayerNorm, attention and FFN in a module) ---------------------
 
 
-class BookBlock(nn.Module):
-    """The package's pre-norm GPT block with GPT-2's names for its layers (``ln_1``, ``attn``, ``ln_2``, ``ffn``): what
-    ``TransformerBlock(placement="pre", activation=kind)`` computes, its norms renamed (tested). ``kind`` is the FFN's,
-    "relu" or "gelu_tanh" (GPT-2's; chapter 09's character GPT uses ReLU)."""
+PLACEMENTS = ("pre", "post")
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, kind: str = "gelu_tanh") -> None:
+
+def check_placement(placement: object) -> None:
+    """ValueError, naming the argument, unless ``placement`` is "pre" or "post"."""
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement must be 'pre' (GPT-2's block) or 'post' (the paper's §3.1), got {placement!r}")
+
+
+class BookBlock(nn.Module):
+    """The package's GPT block with GPT-2's names for its layers (``ln_1``, ``attn``, ``ln_2``, ``ffn``): what
+    ``TransformerBlock(placement=placement, activation=kind)`` computes, its norms renamed (tested for both
+    placements). ``kind`` is the FFN's, "relu" or "gelu_tanh" (GPT-2's; chapter 09's character GPT uses ReLU);
+    ``placement`` "pre" (GPT-2's, the default) or "post" (the paper's, a norm after each residual sum)."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, kind: str = "gelu_tanh", placement: str = "pre") -> None:
         super().__init__()
+        check_placement(placement)
+        self.placement = placement
         self.ln_1, self.ln_2 = LayerNorm(d_model), LayerNorm(d_model)
         self.attn = MultiHeadAttention(d_model, n_heads)
         self.ffn = FeedForward(d_model, d_ff, activation=kind)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        if self.placement == "post":
+            h = self.ln_1(x + self.attn(x, mask=mask))
+            return self.ln_2(h + self.ffn(h))
         h = x + self.attn(self.ln_1(x), mask=mask)
         return h + self.ffn(self.ln_2(h))
 
@@ -451,20 +473,33 @@ def _block_module_cases(generator: torch.Generator) -> list[Case]:
 
     lengths = torch.tensor([5, 3])
     padding = (torch.arange(5)[None, None, :] < lengths[:, None, None]).expand(2, 5, 5)
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
     return [
-        Case.of(d_model=8, n_heads=2, d_ff=32, kind="gelu_tanh", weights=_block_weights(8, 2, 32, generator, torch.float32),
-                x=randn(2, 5, 8), mask=torch.ones(5, 5, dtype=torch.bool).tril(), note="GPT-2's FFN, a causal mask, 2 heads"),
-        Case.of(d_model=8, n_heads=4, d_ff=16, kind="relu", weights=_block_weights(8, 4, 16, generator, torch.float32),
-                x=randn(2, 5, 8), mask=padding, note="a ReLU FFN, a (batch, query_pos, key_pos) padding mask, 4 heads"),
-        Case.of(d_model=4, n_heads=1, d_ff=8, kind="gelu_tanh", weights=_block_weights(4, 1, 8, generator, torch.float64),
-                x=randn(1, 3, 4, dtype=torch.float64), mask=None, note="float64, no mask"),
+        Case.of(d_model=8, n_heads=2, d_ff=32, kind="gelu_tanh", placement="pre",
+                weights=_block_weights(8, 2, 32, generator, torch.float32), x=randn(2, 5, 8), mask=causal,
+                note="GPT-2's FFN, a causal mask, 2 heads"),
+        Case.of(d_model=8, n_heads=4, d_ff=16, kind="relu", placement="pre",
+                weights=_block_weights(8, 4, 16, generator, torch.float32), x=randn(2, 5, 8), mask=padding,
+                note="a ReLU FFN, a (batch, query_pos, key_pos) padding mask, 4 heads"),
+        Case.of(d_model=4, n_heads=1, d_ff=8, kind="gelu_tanh", placement="pre",
+                weights=_block_weights(4, 1, 8, generator, torch.float64), x=randn(1, 3, 4, dtype=torch.float64),
+                mask=None, note="float64, no mask"),
+        Case.of(d_model=8, n_heads=2, d_ff=32, kind="relu", placement="post",
+                weights=_block_weights(8, 2, 32, generator, torch.float32), x=randn(2, 5, 8), mask=causal,
+                note="post-norm (the paper's block), a ReLU FFN, a causal mask"),
+        Case.of(d_model=4, n_heads=2, d_ff=8, kind="gelu_tanh", placement="post",
+                weights=_block_weights(4, 2, 8, generator, torch.float64), x=randn(2, 5, 4, dtype=torch.float64),
+                mask=padding, note="post-norm, float64, a padding mask"),
+        Case.of(d_model=8, n_heads=2, d_ff=32, kind="gelu_tanh", placement="sandwich",
+                weights=_block_weights(8, 2, 32, generator, torch.float32), x=randn(2, 5, 8), mask=None,
+                note='placement="sandwich", which the block does not offer: a ValueError'),
     ]
 
 
 def _block_module_call(cls, args):
-    d_model, n_heads, d_ff, kind, weights, x, mask = args
-    return run_module(cls, (d_model, n_heads, d_ff, kind), weights, (x,), {"mask": mask},
-                      what="Block(d_model, n_heads, d_ff, kind)")
+    d_model, n_heads, d_ff, kind, placement, weights, x, mask = args
+    return run_module(cls, (d_model, n_heads, d_ff, kind, placement), weights, (x,), {"mask": mask},
+                      what="Block(d_model, n_heads, d_ff, kind, placement)")
 
 
 class _OwnLayerNorm(nn.Module):
@@ -481,19 +516,30 @@ class _OwnLayerNorm(nn.Module):
         return normalized * self.weight + self.bias if affine else normalized
 
 
+def _wired(placement, x, attention, feed_forward, norm_1, norm_2):
+    """The block's right wiring, pre-norm or post-norm, of the parts it is given."""
+    if placement == "post":
+        h = norm_1(x + attention(x))
+        return norm_2(h + feed_forward(h))
+    h = x + attention(norm_1(x))
+    return h + feed_forward(norm_2(h))
+
+
 class _OwnBlock(nn.Module):
     """The right block made of a learner's parts (chapter 04's and 05's catalogues' right answers): the mistakes below
     change its forward. (Not a BookBlock: an answer may not run the package's code, and these are answers.)"""
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, kind: str = "gelu_tanh") -> None:
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, kind: str = "gelu_tanh", placement: str = "pre") -> None:
         super().__init__()
+        if placement not in ("pre", "post"):
+            raise ValueError(f"placement must be 'pre' or 'post', not {placement!r}")
+        self.placement = placement
         self.ln_1, self.ln_2 = _OwnLayerNorm(d_model), _OwnLayerNorm(d_model)
         self.attn = _mha_like()(d_model, n_heads)
         self.ffn = _feed_forward_like()(d_model, d_ff, kind)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        h = x + self.attn(self.ln_1(x), mask=mask)
-        return h + self.ffn(self.ln_2(h))
+        return _wired(self.placement, x, lambda h: self.attn(h, mask=mask), self.ffn, self.ln_1, self.ln_2)
 
 
 def _as_block(compose):
@@ -501,21 +547,20 @@ def _as_block(compose):
 
     class Block(_OwnBlock):
         def forward(self, x, mask=None):
-            return compose(x, lambda h: self.attn(h, mask=mask), self.ffn, self.ln_1, self.ln_2)
+            return compose(x, lambda h: self.attn(h, mask=mask), self.ffn, self.ln_1, self.ln_2, placement=self.placement)
 
     return Block  # without the function's recipe: two block mistakes are not composed into one class
 
 
 class _MaskIgnored(_OwnBlock):
     def forward(self, x, mask=None):
-        h = x + self.attn(self.ln_1(x))
-        return h + self.ffn(self.ln_2(h))
+        return _wired(self.placement, x, self.attn, self.ffn, self.ln_1, self.ln_2)
 
 
 class _NormsWithoutAffine(_OwnBlock):
     def forward(self, x, mask=None):
-        h = x + self.attn(self.ln_1(x, affine=False), mask=mask)
-        return h + self.ffn(self.ln_2(h, affine=False))
+        return _wired(self.placement, x, lambda h: self.attn(h, mask=mask), self.ffn,
+                      lambda h: self.ln_1(h, affine=False), lambda h: self.ln_2(h, affine=False))
 
 
 class _EpsOutsideTheRoot(_OwnBlock):
@@ -525,8 +570,15 @@ class _EpsOutsideTheRoot(_OwnBlock):
             centred = t - mean
             return centred / (centred.pow(2).mean(-1, keepdim=True).sqrt() + 1e-5) * module.weight + module.bias
 
-        h = x + self.attn(norm(self.ln_1, x), mask=mask)
-        return h + self.ffn(norm(self.ln_2, h))
+        return _wired(self.placement, x, lambda h: self.attn(h, mask=mask), self.ffn,
+                      lambda h: norm(self.ln_1, h), lambda h: norm(self.ln_2, h))
+
+
+class _PlacementNotChecked(_OwnBlock):
+    """Any placement but "post" built as pre-norm: the learner's __init__ never refuses a placement it does not offer."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, kind: str = "gelu_tanh", placement: str = "pre") -> None:
+        super().__init__(d_model, n_heads, d_ff, kind, "post" if placement == "post" else "pre")
 
 
 BLOCK = Exercise(
@@ -542,14 +594,31 @@ BLOCK = Exercise(
     outputs=("the block's output",),
     axes={"the block's output": "batch seq d_model"},
     checked=(
-        "GPT-2's FFN with a causal mask and 2 heads, a ReLU FFN with a (batch, query_pos, key_pos) padding mask and 4 "
-        "heads, and float64 without a mask; random γ and β in both norms; the weights are the cases' own, put in your layers by name, and the "
-        "gradients with respect to them match too"
+        "pre-norm with GPT-2's FFN, a causal mask and 2 heads, with a ReLU FFN, a (batch, query_pos, key_pos) padding "
+        "mask and 4 heads, and in float64 without a mask; post-norm with a ReLU FFN and a causal mask, and in float64 "
+        "with a padding mask; a placement the block does not offer (\"sandwich\"), which must raise ValueError; random "
+        "γ and β in both norms; the weights are the cases' own, put in your layers by name, and the gradients with "
+        "respect to them match too"
     ),
     mistakes=(
-        Mistake("post_norm_block", "wrote the paper's post-norm block, LayerNorm(x + Sublayer(x)) twice",
-                "GPT-2's block is pre-norm: each norm acts on its sublayer's input and the stream is left alone: "
-                "h = x + attn(ln_1(x)), then h + ffn(ln_2(h)).", (_as_block(_block_like(arrangement="post")),)),
+        Mistake("post_norm_block", "wrote the paper's post-norm block, LayerNorm(x + Sublayer(x)) twice, for "
+                                   "placement=\"pre\" too",
+                "With placement \"pre\" (GPT-2's block) each norm acts on its sublayer's input and the stream is left "
+                "alone: h = x + attn(ln_1(x)), then h + ffn(ln_2(h)). Only \"post\" puts the norm after the sum.",
+                (_as_block(_block_like(arrangement="post")),)),
+        Mistake("placement_ignored", "built GPT-2's pre-norm block whatever the placement",
+                "With placement \"post\" (the paper's §3.1) the norm comes after each residual sum: "
+                "h = ln_1(x + attn(x)), then ln_2(h + ffn(h)). Keep the placement in __init__ and branch on it in "
+                "forward.", (_as_block(_block_like(arrangement="pre")),)),
+        Mistake("post_norm_on_the_branch", "normalized the sublayer's output before adding it, x + LayerNorm(Sublayer(x)), "
+                                           "for post-norm",
+                "§3.1's post-norm normalizes the *sum*: LayerNorm(x + Sublayer(x)). Normalizing the branch alone leaves "
+                "the stream unnormalized, which is neither of the two blocks.",
+                (_as_block(_block_like(post_norm="on_the_branch")),)),
+        Mistake("placement_not_refused", "accepted a placement the block does not offer and built a block anyway",
+                "A placement other than \"pre\" or \"post\" (\"sandwich\", a typo such as \"Pre\") must stop "
+                "__init__ with a ValueError that names `placement` and the two it accepts, before any layer is built: "
+                "silently building a pre-norm block hides the typo.", (_PlacementNotChecked,)),
         Mistake("one_norm_for_both", "normalized the feed-forward network's input with ln_1, the attention's norm",
                 "Each sublayer has its own norm with its own γ and β: the feed-forward network reads its input through "
                 "`ln_2`.", (_as_block(_block_like(second_norm="norm_1")),)),
