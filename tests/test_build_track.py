@@ -95,6 +95,7 @@ def test_every_file_of_the_track_is_committed_in_both_folders_and_named_in_the_r
     ("cached_gpt", "CachedGPT", "10.cached_gpt"),
     ("transformer", "Transformer", "07.transformer_module"),
     ("bert", "BERT", "14.bert_module"),
+    ("ablated_gpt", "AblatedGPT", "11.ablated_gpt"),
 ])
 def test_the_solutions_files_pass_their_checks_and_the_stubs_score_nothing(name, answer, exercise_id):
     for folder, passed in (("solutions", True), ("exercises", False)):

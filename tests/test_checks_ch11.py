@@ -180,6 +180,86 @@ def noise_two_sigma(baseline_losses, row_losses, confidence=0.95):
     return marks
 
 
+# --- 11.ablated_gpt: the chapter's removals on a learner's GPT of chapter 08 (one that passes 08.gpt_module) --------
+
+
+class Zero(nn.Module):
+    def forward(self, x, mask=None):
+        return 0 * x
+
+
+class PassOn(nn.Module):  # nn.Identity, made to take the mask the block hands its attention
+    def forward(self, x, mask=None):
+        return x
+
+
+def ablated_like(*, sublayer="zero", its_norm=True, final_norm=True, positions="drop", mask=True, first_only=False,
+                 refuse=True):
+    from tutorial_lib.checks.ch08 import _gpt_module_like
+
+    class AblatedGPT(_gpt_module_like()):
+        def __init__(self, d_vocab, n_ctx, d_model, n_heads, n_layers, d_ff, kind="gelu_tanh", remove=()):
+            remove = set(remove)
+            if refuse and remove - {"attention", "ffn", "positions", "norms", "causal_mask"}:
+                raise ValueError(f"remove: unknown parts {remove}")
+            super().__init__(d_vocab, n_ctx, d_model, n_heads, n_layers, d_ff, kind)
+            self.removed = remove
+            for block in list(self.blocks)[: 1 if first_only else None]:
+                for part, norm, layer in (("attention", "ln_1", "attn"), ("ffn", "ln_2", "ffn")):
+                    if part in remove:
+                        gone = Zero() if sublayer == "zero" else PassOn() if part == "attention" else nn.Identity()
+                        setattr(block, layer, gone)
+                        if its_norm or "norms" in remove:
+                            setattr(block, norm, nn.Identity())
+                if "norms" in remove:
+                    block.ln_1 = block.ln_2 = nn.Identity()
+            if "norms" in remove and final_norm:
+                self.ln_final = nn.Identity()
+            if "positions" in remove and positions == "drop":
+                del self.pos_embed
+
+        def forward(self, tokens):
+            seq = tokens.shape[1]
+            x = self.embed(tokens)
+            if hasattr(self, "pos_embed") and not ("positions" in self.removed and positions == "unused"):
+                x = x + self.pos_embed.weight[:seq]
+            causal = torch.ones(seq, seq, dtype=torch.bool).tril()
+            for block in self.blocks:
+                x = block(x, mask=None if ("causal_mask" in self.removed and mask) else causal)
+            return self.unembed(self.ln_final(x))
+
+    return AblatedGPT
+
+
+@pytest.mark.parametrize("part", ["attention", "ffn", "positions", "norms", "causal_mask"])
+def test_the_ablated_reference_computes_what_the_runners_change_computes(part):
+    from tutorial_lib.build_track import my_gpt_state_dict
+    from tutorial_lib.checks.ch11 import ReferenceAblatedGPT, reference_remove_attention
+    from tutorial_lib.models.gpt import GPT, GPTConfig
+    from tutorial_lib.recipes.ablation import CHANGES
+
+    surgery = {"attention": reference_remove_attention, "ffn": CHANGES["no_ffn"].surgery,
+               "positions": CHANGES["no_positions"].surgery, "norms": CHANGES["no_norm"].surgery,
+               "causal_mask": CHANGES["no_causal_mask"].surgery}[part]
+    torch.manual_seed(0)
+    cfg = GPTConfig(d_vocab=13, n_ctx=10, d_model=16, n_heads=2, n_layers=2, activation="relu")
+    package = GPT(cfg)
+    with torch.no_grad():
+        for p in package.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    surgery(package)
+    weights = {name.replace(".block.", "."): t for name, t in package.state_dict().items()}  # no_causal_mask's wrapper
+    book = ReferenceAblatedGPT(13, 10, 16, 2, 2, cfg.d_ff, "relu", remove=(part,)).eval()
+    book.load_state_dict(my_gpt_state_dict(weights), strict=True)
+    tokens = torch.randint(0, 13, (3, 10))
+    torch.testing.assert_close(book(tokens), package.eval()(tokens))
+    assert sum(p.numel() for p in book.parameters()) == sum(p.numel() for p in package.parameters())
+
+
+def test_an_ablated_gpt_written_differently_passes():
+    assert check("11.ablated_gpt", ablated_like()).passed
+
+
 LEARNER_MISTAKES = [
     ("11.remove_attention", surgery_like(keep_residual=True), "identity_inside_residual"),
     ("11.remove_attention", surgery_like(first_only=True), "first_block_only"),
@@ -200,6 +280,14 @@ LEARNER_MISTAKES = [
     ("11.within_noise", noise_like(no_sqrt=True), "forgot_sqrt_n"),
     ("11.within_noise", noise_like(pop=True), "population_std"),
     ("11.within_noise", noise_like(whole=True), "whole_baseline"),
+    ("11.ablated_gpt", ablated_like(sublayer="identity"), "sublayer_passes_its_input"),
+    ("11.ablated_gpt", ablated_like(its_norm=False), "norm_left_behind"),
+    ("11.ablated_gpt", ablated_like(final_norm=False), "final_norm_kept"),
+    ("11.ablated_gpt", ablated_like(positions="kept"), "positions_kept"),
+    ("11.ablated_gpt", ablated_like(positions="unused"), "position_table_kept"),
+    ("11.ablated_gpt", ablated_like(mask=False), "still_causal"),
+    ("11.ablated_gpt", ablated_like(first_only=True), "first_block_only"),
+    ("11.ablated_gpt", ablated_like(refuse=False), "unknown_part_accepted"),
 ]
 
 
@@ -216,7 +304,7 @@ def test_deleting_the_blocks_loses_the_points_without_a_catalogued_name():
 
 
 def test_every_catalogued_mistake_has_a_learner_version_here():
-    exercises = ("11.remove_attention", "11.block_gradient_norms", "11.within_noise")
+    exercises = ("11.remove_attention", "11.block_gradient_norms", "11.within_noise", "11.ablated_gpt")
     catalogued = {(e, m.name) for e in exercises for m in get_exercise(e).mistakes}
     assert catalogued == {(e, m) for e, _, m in LEARNER_MISTAKES}
 

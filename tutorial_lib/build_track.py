@@ -41,6 +41,7 @@ WRITTEN_BY = {
     "training": "chapter 09, exercise 5 (the training loop)",
     "cached_attention": "chapter 10, exercise 4 (attention with a KV cache)",
     "cached_gpt": "chapter 10, exercise 9 (your GPT with a KV cache)",
+    "ablated_gpt": "chapter 11, exercise 6 (your GPT without the parts you remove)",
     "transformer": "chapter 07, exercise 9 (your encoder-decoder Transformer)",
     "bert": "chapter 14, exercise 7 (your BERT, with its masked-LM head)",
 }

@@ -15,6 +15,11 @@
 - ``11.build_ablated_model`` (the build exercise) composes a Change's configuration fields, model class and surgery
   into the model of a row, seeded just before its weights are drawn; the check calls it from a global random state
   that is not the seed's, so an answer that seeds too late (or never) is caught.
+- ``11.ablated_gpt`` (the second build exercise) subclasses the learner's own GPT of chapter 08 into
+  ``AblatedGPT(..., remove=...)``, the chapter's removals made on the learner's model: attention or the FFN (each with
+  its norm), the positions, every norm, the causal mask. The check puts random weights in by name and compares the
+  logits and the parameter count with :class:`ReferenceAblatedGPT`, whose removals compute what the runner's changes
+  compute on the package's GPT (tested): a part kept but unused still counts.
 - ``11.predict_no_attention_loss`` (predict, then measure): the loss floor of a model without attention, the bigram
   cross-entropy of the text (:func:`bigram_cross_entropy`).
 
@@ -23,6 +28,8 @@ As in ``ch03``, the mistakes are written the way a learner would write them, una
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import numbers
 import statistics
@@ -43,6 +50,13 @@ from tutorial_lib.recipes.ablation import (
     within_noise,
 )
 from tutorial_lib.stats import compare_paired, t_quantile
+from tutorial_lib.blocks import TransformerBlock
+from tutorial_lib.checks.ch06 import BookBlock
+from tutorial_lib.checks.ch08 import SMALL_GPT, BookGPT, GPTSizes, _gpt_module_like, _random_gpt_weights
+from tutorial_lib.checks.modules import build_module
+from tutorial_lib.feed_forward import FeedForward
+from tutorial_lib.multi_head import MultiHeadAttention
+from tutorial_lib.normalization import LayerNorm
 from tutorial_lib.checks.compound import mistake_builder
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
@@ -658,6 +672,237 @@ BUILD_ABLATED_MODEL = Exercise(
 )
 
 
+# --- 11.ablated_gpt (build: the chapter's removals, made on the learner's own GPT of chapter 08) ----------------------
+# The learner subclasses their GPT: AblatedGPT(..., remove=...) builds it without the parts named, each removal the
+# one the chapter's table trains (a removed sublayer adds nothing and takes its norm with it; "norms" removes the final
+# one too; the causal mask goes from every block). The check puts random weights in by name, runs the tokens and
+# compares the logits and the number of parameters: a part left in place but unused still counts.
+
+ABLATABLE_PARTS = ("attention", "ffn", "positions", "norms", "causal_mask")
+
+
+def _check_remove(remove) -> frozenset:
+    unknown = sorted(set(remove) - set(ABLATABLE_PARTS))
+    if unknown:
+        raise ValueError(f"remove must name parts among {ABLATABLE_PARTS}, got {unknown}")
+    return frozenset(remove)
+
+
+class _Nothing(nn.Module):
+    """A removed sublayer: whatever it is handed, it adds nothing to the stream."""
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        return torch.zeros_like(x)
+
+
+class ReferenceAblatedGPT(BookGPT):
+    """Chapter 08's GPT without the parts named in ``remove``; each removal computes what the runner's change of the
+    same row computes on the package's GPT (``no_ffn``, ``no_positions``, ``no_norm``, ``no_causal_mask``, and
+    exercise 1's attention removal; tested with the weights copied across)."""
+
+    def __init__(self, d_vocab: int, n_ctx: int, d_model: int, n_heads: int, n_layers: int, d_ff: int,
+                 kind: str = "gelu_tanh", remove=()) -> None:
+        super().__init__(d_vocab, n_ctx, d_model, n_heads, n_layers, d_ff, kind)
+        self.remove = _check_remove(remove)
+        for block in self.blocks:
+            if "attention" in self.remove:
+                block.ln_1, block.attn = nn.Identity(), _Nothing()
+            if "ffn" in self.remove:
+                block.ln_2, block.ffn = nn.Identity(), _Nothing()
+            if "norms" in self.remove:
+                block.ln_1, block.ln_2 = nn.Identity(), nn.Identity()
+        if "norms" in self.remove:
+            self.ln_final = nn.Identity()
+        if "positions" in self.remove:
+            self.pos_embed = None
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        seq = tokens.shape[1]
+        if seq > self.n_ctx:
+            raise ValueError(f"tokens has {seq} positions, more than n_ctx={self.n_ctx}")
+        x = self.embed(tokens)
+        if self.pos_embed is not None:
+            x = x + self.pos_embed.weight[:seq]
+        causal = torch.ones(seq, seq, dtype=torch.bool, device=tokens.device).tril()
+        mask = None if "causal_mask" in self.remove else causal
+        for block in self.blocks:
+            x = block(x, mask=mask)
+        return self.unembed(self.ln_final(x))
+
+
+def _ablated_weights(sizes: GPTSizes, remove, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """Random weights for the parts the reference keeps (the unembedding tied to the token embedding)."""
+    with torch.device("meta"):
+        kept = ReferenceAblatedGPT(*sizes.args(), remove=remove).state_dict().keys()
+    weights = _random_gpt_weights(sizes, generator)
+    return {name: tensor for name, tensor in weights.items() if name in kept}
+
+
+def _ablated_cases(generator: torch.Generator) -> list[Case]:
+    relu = dataclasses.replace(SMALL_GPT, n_layers=3, kind="relu")
+
+    def case(remove, sizes=SMALL_GPT, seq=8, note=""):
+        valid = set(remove) <= set(ABLATABLE_PARTS)
+        return Case.of(sizes=sizes, remove=remove,
+                       weights=_ablated_weights(sizes, remove if valid else (), generator),
+                       tokens=torch.randint(0, sizes.d_vocab, (2, seq), generator=generator), note=note)
+
+    return [
+        case(("attention",), note="the attention sublayers removed"),
+        case(("ffn",), sizes=relu, seq=6, note="the feed-forward networks removed, a ReLU GPT of 3 blocks"),
+        case(("positions",), note="the position embedding removed"),
+        case(("norms",), sizes=relu, note="every LayerNorm removed"),
+        case(("causal_mask",), seq=5, note="the causal mask removed"),
+        case(("attention", "positions"), note="attention and positions removed: what chapter 11's exercise 2 trains"),
+        case(["ffn", "norms", "causal_mask"], sizes=relu, note="three parts removed, named in a list"),
+        case((), note="nothing removed: your GPT of chapter 08"),
+        case(("heads",), note="a part the exercise does not offer: a ValueError"),
+    ]
+
+
+def _ablated_call(cls, args) -> tuple[torch.Tensor, int]:
+    sizes, remove, weights, tokens = args
+    what = "AblatedGPT(d_vocab, n_ctx, d_model, n_heads, n_layers, d_ff, kind, remove)"
+    module = build_module(functools.partial(cls, remove=remove), sizes.args(), what).eval()
+    own = module.state_dict()
+    weights = {**weights, "unembed.weight": weights["embed.weight"]}
+    missing = sorted(weights.keys() - own.keys())
+    if missing:
+        raise WrongOutput("wrong_type", f"{what} lacks {', '.join(missing[:4])}: removing {sorted(remove)} keeps "
+                                        "those, under the names of your GPT of chapter 08")
+    # a part the reference removes but the answer keeps keeps its own initial values: it still counts
+    state = {name: weights.get(name, tensor) for name, tensor in own.items()}
+    with torch.no_grad():
+        logits = torch.func.functional_call(module, state, (tokens,), strict=True)
+    return logits, sum(p.numel() for p in module.parameters())
+
+
+class _PassesItsInput(nn.Module):
+    def forward(self, x, mask=None):
+        return x
+
+
+@mistake_builder
+def _ablated_like(*, sublayer="nothing", its_norm="removed", final_norm="removed", positions="removed",
+                  mask="removed", blocks="all", refuse=True):
+    """A learner's AblatedGPT on a learner's GPT; each keyword reproduces one way of getting it wrong."""
+
+    class MyAblatedGPT(_gpt_module_like()):
+        def __init__(self, d_vocab, n_ctx, d_model, n_heads, n_layers, d_ff, kind="gelu_tanh", remove=()):
+            super().__init__(d_vocab, n_ctx, d_model, n_heads, n_layers, d_ff, kind)
+            if refuse and not set(remove) <= set(ABLATABLE_PARTS):
+                raise ValueError(f"unknown parts in remove: {remove}")
+            self.remove = set(remove)
+            gone = _Nothing if sublayer == "nothing" else _PassesItsInput
+            for block in self.blocks if blocks == "all" else self.blocks[:1]:
+                if "attention" in remove:
+                    block.attn = gone()
+                    if its_norm == "removed":
+                        block.ln_1 = nn.Identity()
+                if "ffn" in remove:
+                    block.ffn = gone()
+                    if its_norm == "removed":
+                        block.ln_2 = nn.Identity()
+                if "norms" in remove:
+                    block.ln_1, block.ln_2 = nn.Identity(), nn.Identity()
+            if "norms" in remove and final_norm == "removed":
+                self.ln_final = nn.Identity()
+            if "positions" in remove and positions == "removed":
+                self.pos_embed = None
+            elif "positions" in remove and positions == "zeroed":
+                with torch.no_grad():
+                    self.pos_embed.weight.zero_()
+
+        def forward(self, tokens):
+            seq = tokens.shape[1]
+            if seq > self.n_ctx:
+                raise ValueError(f"{seq} positions, more than n_ctx={self.n_ctx}")
+            x = self.embed(tokens)
+            if "positions" not in self.remove or positions != "removed":
+                x = x + self.pos_embed.weight[:seq]
+            mask_ = torch.ones(seq, seq, dtype=torch.bool).tril()
+            if "causal_mask" in self.remove and mask == "removed":
+                mask_ = None
+            for block in self.blocks:
+                x = block(x, mask=mask_)
+            return self.unembed(self.ln_final(x))
+
+    return MyAblatedGPT
+
+
+def _removes_attention_too():
+    """An answer that removes the parts named, and the attention whenever anything is removed."""
+
+    class Overreaching(_ablated_like()):
+        def __init__(self, *args, remove=(), **kwargs):
+            super().__init__(*args, remove=tuple(remove) + (("attention",) if remove else ()), **kwargs)
+
+    return Overreaching
+
+
+def _removes_the_first_part_only():
+    """An answer written for one part at a time: it removes the first part named and ignores the others."""
+
+    class OnePart(_ablated_like()):
+        def __init__(self, *args, remove=(), **kwargs):
+            super().__init__(*args, remove=tuple(remove)[:1], **kwargs)
+
+    return OnePart
+
+
+ABLATED_GPT = Exercise(
+    id="11.ablated_gpt",
+    # the package's models and the modules the learner built in chapters 03 to 08 are the learner's to use, not these
+    forbidden=(GPT, BookGPT, ReferenceAblatedGPT, BookBlock, TransformerBlock, MultiHeadAttention, FeedForward, LayerNorm,
+               nn.LayerNorm, F.layer_norm, nn.MultiheadAttention, F.scaled_dot_product_attention,
+               nn.TransformerDecoderLayer, nn.TransformerEncoderLayer, build_ablated_model),
+    reference=ReferenceAblatedGPT,
+    call=_ablated_call,
+    cases=_ablated_cases,
+    points=4,
+    outputs=("the logits", "the number of parameters"),
+    axes={"the logits": "batch seq d_vocab"},
+    checked=(
+        "tiny GPTs (GPT-2's FFN and a ReLU one) with every weight random, put in your layers by name, each part removed "
+        "on its own, two and three parts together, nothing removed, and a part the exercise does not offer (a "
+        "ValueError): the same logits and the same number of parameters as the book's removals"
+    ),
+    mistakes=(
+        Mistake("sublayer_passes_its_input", "replaced a removed sublayer with one that hands its input on",
+                "In a residual block the sublayer's output is added to the stream: a removed sublayer must add "
+                "nothing, not its input, which adds the normed stream to itself.",
+                (_ablated_like(sublayer="identity"),)),
+        Mistake("norm_left_behind", "removed a sublayer but kept the norm in front of it",
+                "The norm before a sublayer feeds only that sublayer: with it gone the norm computes nothing the "
+                "model uses, yet its γ and β still count and would still be trained. Remove it with its sublayer.",
+                (_ablated_like(its_norm="kept"),)),
+        Mistake("final_norm_kept", "removed the blocks' norms but kept the final LayerNorm",
+                "The chapter's no_norm row has no LayerNorm anywhere: the one before the unembedding goes too.",
+                (_ablated_like(final_norm="kept"),)),
+        Mistake("positions_kept", "left the position embedding in the forward pass",
+                "Without positions the stream starts from the token embeddings alone: the forward pass must not add "
+                "the position table, and the table should go from the model.",
+                (_ablated_like(positions="kept"),)),
+        Mistake("position_table_kept", "stopped adding the positions but kept their table in the model",
+                "A removed part counts for nothing: a zeroed table, or one the forward pass no longer reads, still "
+                "holds n_ctx × d_model parameters. Take it out of the model.",
+                (_ablated_like(positions="zeroed"),)),
+        Mistake("still_causal", "kept the causal mask when asked to remove it",
+                "Without the causal mask every position attends to every other, the future included: hand the "
+                "blocks no mask at all.", (_ablated_like(mask="kept"),)),
+        Mistake("first_block_only", "removed the parts from the first block only",
+                "Each removal is made in every block of `self.blocks`.", (_ablated_like(blocks="first"),)),
+        Mistake("unknown_part_accepted", "built a model when `remove` named a part the exercise does not offer",
+                "A misspelt part would silently train the full model: raise a ValueError that names `remove` and the "
+                "parts it may hold, before building anything.", (_ablated_like(refuse=False),)),
+    ),
+    mutants=(
+        Mutant("removes_attention_too", "removes the attention whenever it removes anything", _removes_attention_too()),
+        Mutant("first_part_only", "removes the first part named and ignores the others", _removes_the_first_part_only()),
+    ),
+)
+
+
 # --- 11.predict_no_attention_loss (predict, then measure) -------------------------------------------------------------
 
 
@@ -698,4 +943,5 @@ PREDICT_NO_ATTENTION_LOSS = predict_number(
 )
 
 
-register(REMOVE_ATTENTION, PREDICT_NO_ATTENTION_LOSS, BLOCK_GRADIENT_NORMS, WITHIN_NOISE, BUILD_ABLATED_MODEL)
+register(REMOVE_ATTENTION, PREDICT_NO_ATTENTION_LOSS, BLOCK_GRADIENT_NORMS, WITHIN_NOISE, BUILD_ABLATED_MODEL,
+         ABLATED_GPT)
