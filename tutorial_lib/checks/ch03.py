@@ -14,11 +14,12 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from tutorial_lib import attention as reference
 from tutorial_lib.checks.compound import mistake_builder
-from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
+from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register, uses_earlier_answer
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 from tutorial_lib.checks.tracing import ATTENTION_CALLEES
 
@@ -384,119 +385,222 @@ SLIDING_WINDOW_MASK = Exercise(
 )
 
 
-# --- 03.padded_causal_attention (build: attention with a padding and a causal mask together) ---------------------------
+# --- 03.padded_causal_attention (build: attention over a padded batch, causal or not, with an optional window) ---------
 
 
-def reference_padded_causal_attention(q, k, v, lengths):
-    """Decoder self-attention over a right-padded batch: a query may attend to a key that is neither in its future
-    nor padding (the causal mask *and* the padding mask), by Eq. (1); returns ``(out, weights)``."""
-    seq_len = k.shape[-2]
-    mask = reference.causal_mask(seq_len) & reference.padding_mask(lengths, seq_len)
-    return reference.scaled_dot_product_attention(q, k, v, mask)
+def check_padded_inputs(q, k, v, lengths, window) -> None:
+    """ValueError, naming the argument, for what attention over one padded batch cannot take."""
+    batch, seq_len = q.shape[0], q.shape[1]
+    if k.shape[:2] != (batch, seq_len) or v.shape[:2] != (batch, seq_len):
+        raise ValueError(f"k and v must have q's (batch, seq) = {(batch, seq_len)}: the batch attends to itself, got "
+                         f"k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if not isinstance(lengths, torch.Tensor) or lengths.shape != (batch,) or lengths.dtype.is_floating_point:
+        got = tuple(lengths.shape) if isinstance(lengths, torch.Tensor) else type(lengths).__name__
+        raise ValueError(f"lengths must be an integer tensor with one length per sequence, shape ({batch},), got {got}")
+    if batch and (lengths.min() < 0 or lengths.max() > seq_len):
+        raise ValueError(f"lengths must lie in [0, seq={seq_len}], got {lengths.tolist()}")
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+        raise ValueError(f"window must be None or a positive int, got {window!r}")
+
+
+def padded_attention_mask(lengths: torch.Tensor, seq_len: int, causal: bool, window: int | None) -> torch.Tensor:
+    """``(batch, query_pos, key_pos)``, True where query t may attend to key s: s is a real token (s < lengths[b]),
+    not after t when ``causal``, and less than ``window`` positions from t (either side) when a window is given.
+    Written from positions, not from the package's masks (tested against them)."""
+    query, key = torch.arange(seq_len)[:, None], torch.arange(seq_len)[None, :]
+    allowed = (key < lengths[:, None, None]).expand(len(lengths), seq_len, seq_len)
+    if causal:
+        allowed = allowed & (key <= query)
+    return allowed & ((query - key).abs() < window) if window is not None else allowed
+
+
+def reference_padded_attention(q, k, v, lengths, causal=True, window=None):
+    """Self-attention over a right-padded batch: each query attends to the real keys the causal mask (when ``causal``)
+    and the window (when given) leave it, by Eq. (1); a query left with no key gets zero weights and a zero output.
+    Computed by torch's ``F.scaled_dot_product_attention``, the weights as its output for v = I (row t of I is key t's
+    one-hot value, so each query's output is its row of weights). Returns ``(out, weights)``."""
+    check_padded_inputs(q, k, v, lengths, window)
+    batch, seq_len = q.shape[0], q.shape[1]
+    mask = padded_attention_mask(lengths, seq_len, causal, window)
+    sees = mask.any(dim=-1, keepdim=True)  # the kernel gives NaN for a row with no key: let it see all, then zero it
+    kernel_mask = mask | ~sees
+    identity = torch.eye(seq_len, dtype=q.dtype).expand(batch, seq_len, seq_len)
+    weights = F.scaled_dot_product_attention(q, k, identity, attn_mask=kernel_mask).masked_fill(~sees, 0.0)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=kernel_mask).masked_fill(~sees, 0.0)
+    return out, weights
 
 
 def _padded_cases(generator: torch.Generator) -> list[Case]:
     def randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         return torch.randn(*shape, generator=generator, dtype=dtype)
 
+    def qkv(batch: int, seq: int, d_head: int, d_value: int, dtype: torch.dtype = torch.float32) -> dict:
+        return {"q": randn(batch, seq, d_head, dtype=dtype), "k": randn(batch, seq, d_head, dtype=dtype),
+                "v": randn(batch, seq, d_value, dtype=dtype)}
+
     return [
-        Case.of(q=randn(2, 4, 8), k=randn(2, 4, 8), v=randn(2, 4, 8), lengths=torch.tensor([4, 2]),
-                note="two sequences, the second padded after 2 tokens"),
-        Case.of(q=randn(3, 5, 4, dtype=torch.float64), k=randn(3, 5, 4, dtype=torch.float64),
-                v=randn(3, 5, 6, dtype=torch.float64), lengths=torch.tensor([5, 1, 3]),
+        Case.of(**qkv(2, 4, 8, 8), lengths=torch.tensor([4, 2]), causal=True, window=None,
+                note="causal, the second sequence padded after 2 tokens"),
+        Case.of(**qkv(3, 5, 4, 6, torch.float64), lengths=torch.tensor([5, 1, 3]), causal=True, window=None,
                 note="float64, d_value ≠ d_head, a sequence of one token"),
-        Case.of(q=randn(1, 6, 8), k=randn(1, 6, 8), v=randn(1, 6, 8), lengths=torch.tensor([6]), note="no padding"),
-        Case.of(q=randn(2, 3, 8), k=randn(2, 3, 8), v=randn(2, 3, 8), lengths=torch.tensor([0, 3]),
+        Case.of(**qkv(2, 3, 8, 8), lengths=torch.tensor([0, 3]), causal=True, window=None,
                 note="an empty sequence: every key of it is padding, so its queries attend to nothing"),
+        Case.of(**qkv(2, 5, 8, 8), lengths=torch.tensor([5, 3]), causal=False, window=None,
+                note="not causal (an encoder's): every real key, before or after the query"),
+        Case.of(**qkv(2, 6, 8, 8), lengths=torch.tensor([6, 4]), causal=True, window=2,
+                note="causal with a window of 2: the second sequence's last query sees only padding"),
+        Case.of(**qkv(2, 6, 4, 4, torch.float64), lengths=torch.tensor([6, 3]), causal=False, window=2,
+                note="float64, not causal, a window of 2 on both sides"),
+        Case.of(**qkv(2, 5, 8, 8), lengths=torch.tensor([5, 7]), causal=True, window=None,
+                note="a length of 7 in a batch of 5 positions, which must raise ValueError"),
+        Case.of(**qkv(2, 5, 8, 8), lengths=torch.tensor([5, 2, 3]), causal=True, window=None,
+                note="three lengths for a batch of two sequences, which must raise ValueError"),
+        Case.of(**qkv(2, 5, 8, 8), lengths=torch.tensor([5, 2]), causal=True, window=0,
+                note="a window of 0, which must raise ValueError"),
+        Case.of(q=randn(2, 4, 8), k=randn(2, 5, 8), v=randn(2, 5, 8), lengths=torch.tensor([4, 2]), causal=True,
+                window=None, note="k and v with 5 positions where q has 4, which must raise ValueError"),
     ]
 
 
 @mistake_builder
-def _padded_like(*, combine="and", padding_on="keys", causal="lower"):
-    """A learner's padded causal attention, built from the package's masks and attention; each keyword reproduces one
-    way of getting it wrong. ``combine``: "and" (right), "or", "plus" (booleans added: the same as or), "causal_only",
-    "padding_only", or "sequential" (the second mask applied to fresh scores, replacing the first); ``padding_on=
-    "queries"`` transposes the padding mask; ``causal="upper"`` builds the causal mask from the upper triangle."""
+def _padded_like(*, combine="and", padding_on="keys", triangle="lower", diagonal=0, causal_flag="kept",
+                 window_band="both_sides", nan_to_zero=True, check_lengths=True, check_count=True, check_window=True,
+                 check_shapes=True, key_compare="<", fill="-inf"):
+    """A learner's padded attention, the mask built from positions and Eq. (1) written out; each keyword reproduces
+    one way of getting it wrong. ``combine``: "and" (right), "or" or "plus" (booleans added: the same) between the
+    causal mask and the padding, "or_all" (the window joined with or too),
+    "causal_only" (no padding), "padding_only" (no causal mask), or "sequential" (each mask applied to fresh scores,
+    so the last one alone counts); ``padding_on="queries"`` hides the padded queries' rows instead of the padded keys;
+    ``triangle="upper"``; ``diagonal`` (1: each query sees the next key, -1: not itself); ``causal_flag="ignored"``
+    (causal whatever ``causal`` says); ``window_band``: "both_sides" (right), "behind_only" (t - window < s), "one_too_wide"
+    (|t - s| <= window) or "ignored"; ``nan_to_zero=False``; ``check_*=False``: a bad argument not refused;
+    ``key_compare="<="`` (one padding key seen); ``fill="-1e9"``."""
 
-    def attention(q, k, v, lengths):
-        seq_len = k.shape[-2]
-        ones = torch.ones(seq_len, seq_len, dtype=torch.bool)
-        causal_mask = torch.tril(ones) if causal == "lower" else torch.triu(ones)
-        padding = reference.padding_mask(lengths, seq_len)
-        if padding_on == "queries":  # the singleton axis moved to the keys: it hides padded queries' rows
-            padding = padding.transpose(-2, -1)
+    def attention(q, k, v, lengths, causal=True, window=None):
+        batch, seq_len = q.shape[0], q.shape[1]
+        if check_shapes and (k.shape[:2] != (batch, seq_len) or v.shape[:2] != (batch, seq_len)):
+            raise ValueError("k and v must have q's batch and seq")
+        if check_count and lengths.shape != (batch,):
+            raise ValueError("lengths must hold one length per sequence")
+        if check_lengths and (lengths.min() < 0 or lengths.max() > seq_len):
+            raise ValueError("lengths must lie in [0, seq]")
+        if check_window and window is not None and window < 1:
+            raise ValueError("window must be at least 1")
+        query, key = torch.arange(seq_len)[:, None], torch.arange(seq_len)[None, :]
+        real = key < lengths[:, None] if key_compare == "<" else key <= lengths[:, None]
+        padding = real[:, :, None] if padding_on == "queries" else real[:, None, :]
+        masks = []
+        if (causal or causal_flag == "ignored") and combine != "padding_only":
+            masks.append(key <= query + diagonal if triangle == "lower" else key >= query + diagonal)
+        if combine != "causal_only":
+            masks.append(padding)
+        if window is not None and window_band != "ignored":
+            distance = query - key
+            masks.append({"both_sides": distance.abs() < window, "behind_only": distance < window,
+                          "one_too_wide": distance.abs() <= window}[window_band])
         if combine == "sequential":
-            scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-            scores = scores.masked_fill(~causal_mask, float("-inf"))
-            scores = torch.where(padding, q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), float("-inf"))
-            weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-            return weights @ v, weights
-        mask = {"and": lambda: causal_mask & padding, "or": lambda: causal_mask | padding,
-                "plus": lambda: causal_mask + padding, "causal_only": lambda: causal_mask,
-                "padding_only": lambda: padding}[combine]()
-        return reference.scaled_dot_product_attention(q, k, v, mask)
+            masks = masks[-1:]
+        mask = masks[0] if masks else torch.ones(seq_len, seq_len, dtype=torch.bool)
+        for index, each in enumerate(masks[1:], start=1):
+            # "or" and "plus" join the causal mask and the padding (the window, if any, still with &); "or_all" all.
+            joined = combine == "or_all" or (combine in ("or", "plus") and index == 1
+                                             and (causal or causal_flag == "ignored"))
+            mask = (mask + each if combine == "plus" else mask | each) if joined else mask & each
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        scores = scores.masked_fill(~mask, float("-inf") if fill == "-inf" else -1e9)
+        weights = torch.softmax(scores, dim=-1)
+        if nan_to_zero:
+            weights = weights.nan_to_num(0.0)
+        return weights @ v, weights
 
     return attention
 
 
-def _padding_one_longer(q, k, v, lengths):
-    seq_len = k.shape[-2]
-    padding = torch.arange(seq_len)[None, None, :] <= lengths[:, None, None]
-    return reference.scaled_dot_product_attention(q, k, v, reference.causal_mask(seq_len) & padding)
+def _weights_transposed(q, k, v, lengths, causal=True, window=None):
+    out, weights = reference_padded_attention(q, k, v, lengths, causal, window)
+    return out, weights.transpose(-2, -1)
 
 
-def _no_self_attention(q, k, v, lengths):
-    seq_len = k.shape[-2]
-    causal = torch.tril(torch.ones(seq_len, seq_len, dtype=torch.bool), diagonal=-1)
-    return reference.scaled_dot_product_attention(q, k, v, causal & reference.padding_mask(lengths, seq_len))
-
-
-def _large_negative_fill(q, k, v, lengths):
-    seq_len = k.shape[-2]
-    mask = reference.causal_mask(seq_len) & reference.padding_mask(lengths, seq_len)
-    scores = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~mask, -1e9)
-    weights = torch.softmax(scores, dim=-1)
-    return weights @ v, weights
-
-
-PADDED_CAUSAL_ATTENTION = Exercise(
+PADDED_ATTENTION = Exercise(
     id="03.padded_causal_attention",
+    # The package's attention and masks, torch's fused attention: the mask and Eq. (1) are the learner's own (their
+    # answer to exercise 1 is allowed, graded once it passes).
+    forbidden=(*ATTENTION_CALLEES, reference.causal_mask, reference.padding_mask, reference.sliding_window_mask,
+               reference.bidirectional_mask),
+    precondition=uses_earlier_answer("scaled_dot_product_attention", "03.attention", 1),
     gradients=True,  # trained in the book: a detached or no_grad path must not pass
-    reference=reference_padded_causal_attention,
+    reference=reference_padded_attention,
     cases=_padded_cases,
     points=3,
     outputs=("out", "weights"),
     axes={"weights": "query_pos key_pos"},
     checked=(
-        "right-padded batches in float32 and float64, a sequence of one token, no padding, and an empty sequence "
-        "whose queries attend to nothing (zero weights, zero output)"
+        "causal right-padded batches in float32 and float64, a sequence of one token, an empty sequence whose queries "
+        "attend to nothing (zero weights, zero output), a batch that is not causal, a window of 2 with and without the "
+        "causal mask, and four bad inputs that must raise ValueError (a length beyond the sequence, one length too many, "
+        "a window of 0, k and v longer than q); compared with torch's F.scaled_dot_product_attention, gradients too"
     ),
     mistakes=(
-        Mistake("masks_or", "combined the two masks with | (or) instead of & (and)",
-                "True means *may attend*: a key must pass both masks, so combine them with and (&); with or (|) a "
-                "padded query sees its future, and a key passes when either mask lets it.",
-                (_padded_like(combine="or"), _padded_like(combine="plus"))),
+        Mistake("masks_or", "combined the masks with | (or) instead of & (and)",
+                "True means *may attend*: a key must pass every mask, so combine them with and (&); with or (|) a "
+                "query sees its future, and a key passes when any one mask lets it.",
+                (_padded_like(combine="or"), _padded_like(combine="plus"), _padded_like(combine="or_all"))),
         Mistake("causal_only", "used the causal mask alone and forgot the padding",
-                "The padded positions of a short sequence are queries too: without the padding mask they attend to "
-                "other padding. Combine the causal mask with `padding_mask` too.", (_padded_like(combine="causal_only"),)),
+                "The padded positions of a short sequence are keys too: without the padding mask every query attends "
+                "to them. Hide every key at or beyond its sequence's length.", (_padded_like(combine="causal_only"),)),
         Mistake("padding_only", "let the padding mask alone decide, so the causal mask is lost",
-                "A decoder must not look ahead: combine `causal_mask` and `padding_mask` into one mask, and "
-                "apply the result once (masking fresh scores for the second mask throws the first one away).",
-                (_padded_like(combine="padding_only"), _padded_like(combine="sequential"))),
-        Mistake("padding_on_the_query_axis", "put the padding mask on the query axis instead of the key axis",
-                "padding_mask is (batch, 1, key_pos): its singleton axis broadcasts over the queries, so it hides "
-                "padding *keys*. Transposed, it hides the padded queries' rows instead.",
+                "With `causal=True` a query must not look ahead: combine the causal condition with the padding into "
+                "one mask, and apply the result once (masking fresh scores for the second mask throws the first one "
+                "away).", (_padded_like(combine="padding_only"), _padded_like(combine="sequential"))),
+        Mistake("padding_on_the_query_axis", "put the padding on the query axis instead of the key axis",
+                "Padding hides *keys*: its singleton axis is the query axis, (batch, 1, key_pos), so that it broadcasts "
+                "over the queries. On the query axis it hides the padded queries' rows instead.",
                 (_padded_like(padding_on="queries"),)),
         Mistake("causal_upside_down", "built the causal mask from the upper triangle, so each query sees its future",
-                "Query t may attend to keys 0 … t: the lower triangle, `torch.tril`.",
-                (_padded_like(causal="upper"),)),
+                "Query t may attend to keys 0 … t: the lower triangle, key position at most the query's.",
+                (_padded_like(triangle="upper"),)),
+        Mistake("causal_off_by_one", "shifted the causal mask's diagonal by one",
+                "Query t sees key t itself and nothing after it: compare the key's position with the query's, with no "
+                "offset (neither the next key nor one fewer).",
+                (_padded_like(diagonal=1), _padded_like(diagonal=-1))),
+        Mistake("causal_flag_ignored", "applied the causal mask whatever `causal` says",
+                "With `causal=False` (an encoder's attention) a query sees every real key, before and after it: add "
+                "the causal condition only when `causal` is true.", (_padded_like(causal_flag="ignored"),)),
+        Mistake("window_behind_only", "counted the window back from the query only, so without the causal mask a "
+                                      "query sees every later key",
+                "The window bounds the distance between query and key on both sides, |t − s| < window; the causal "
+                "mask, when asked for, is what removes the later side.", (_padded_like(window_band="behind_only"),)),
+        Mistake("window_one_too_wide", "let each query see keys exactly `window` positions away",
+                "A window of w keeps the keys *less* than w positions from the query: a window of 1 is the query "
+                "alone, so the distance w is already out.", (_padded_like(window_band="one_too_wide"),)),
+        Mistake("window_ignored", "ignored the window",
+                "When `window` is given, hide the keys that are `window` or more positions from the query as well, "
+                "on top of the padding and the causal mask.", (_padded_like(window_band="ignored"),)),
+        Mistake("nan_for_fully_masked_rows", "left NaN in the rows of queries that have no key left",
+                "An empty sequence's queries, and a window that covers only padding, leave a query with every key "
+                "masked: its softmax is 0/0. Give it zero weights and a zero output, as your attention of exercise 1 "
+                "does.", (_padded_like(nan_to_zero=False),)),
+        Mistake("length_not_refused", "accepted a length longer than the sequence",
+                "A length beyond seq (or below 0) is a caller's bug that a mask would hide: raise ValueError naming "
+                "`lengths` and the range [0, seq] before building anything.", (_padded_like(check_lengths=False),)),
+        Mistake("lengths_count_not_refused", "let a `lengths` whose size is not the batch's reach the mask",
+                "`lengths` holds one length per sequence: when its size is not q's batch, raise ValueError naming "
+                "`lengths` and the shape expected, instead of the broadcasting error torch raises later.",
+                (_padded_like(check_count=False),)),
+        Mistake("window_not_refused", "accepted a window of 0, which hides every key",
+                "A window must be at least 1 (the query itself): raise ValueError naming `window` for anything "
+                "smaller.", (_padded_like(check_window=False),)),
+        Mistake("shapes_not_refused", "let k and v with another number of positions than q reach the scores",
+                "This is self-attention over one padded batch: k and v must have q's batch and seq. Raise ValueError "
+                "naming them and the shape expected, instead of the broadcasting error torch raises later.",
+                (_padded_like(check_shapes=False),)),
     ),
     mutants=(
-        Mutant("padding_one_longer", "lets every query see one padding key (<= instead of <)", _padding_one_longer),
-        Mutant("no_self_attention", "uses the strictly lower triangle, so a query cannot see itself",
-               _no_self_attention),
+        Mutant("padding_one_longer", "lets every query see one padding key (<= instead of <)",
+               _padded_like(key_compare="<=")),
         Mutant("large_negative_fill", "fills with -1e9, so an empty sequence's queries spread their weight evenly",
-               _large_negative_fill),
+               _padded_like(fill="-1e9")),
+        Mutant("weights_transposed", "returns the weights with query_pos and key_pos swapped", _weights_transposed),
     ),
 )
 
@@ -534,4 +638,4 @@ PREDICT_VARIANCE = predict_number(
     ],
 )
 
-register(ATTENTION, CAUSAL_MASK, PADDING_MASK, SLIDING_WINDOW_MASK, PADDED_CAUSAL_ATTENTION, PREDICT_VARIANCE)
+register(ATTENTION, CAUSAL_MASK, PADDING_MASK, SLIDING_WINDOW_MASK, PADDED_ATTENTION, PREDICT_VARIANCE)
