@@ -142,9 +142,9 @@ def test_the_padded_attention_reference_agrees_with_torchs_multihead_attention_a
         torch.testing.assert_close(weights[sees], their_weights[sees])
         assert not out[~sees].any() and not weights[~sees].any() and theirs[~sees].isnan().all()
         package = attention.padding_mask(lengths, n) & (attention.causal_mask(n) if causal else attention.bidirectional_mask(n))
-        if window is not None and causal:
-            package = package & attention.sliding_window_mask(n, window)
-        assert torch.equal(ours, package) if window is None or causal else torch.equal(ours, package & band)
+        if window is not None:  # the package's window is causal; both sides, as torch's mask above, otherwise
+            package = package & (attention.sliding_window_mask(n, window) if causal else band)
+        assert torch.equal(ours, package)
 
 
 @pytest.mark.parametrize(("change", "argument"), [({"lengths": torch.tensor([4, 5])}, "lengths must lie in"),

@@ -4,9 +4,12 @@ Each mistake is written the way a learner would write it: the reference with exa
 carry no annotations on purpose: under the test suite's jaxtyping hook an annotation would turn a mistake's own shape
 error into a type-check error, which is not what the learner's code raises.
 
-``03.padded_causal_attention`` (the build exercise) composes attention with a causal and a padding mask together; its
-catalogue holds the composition mistakes (masks combined with ``|``, one of them forgotten, the padding on the query
-axis). ``03.predict_variance`` (predict, then measure) asks for the variance of q·k at d_k = 64 before scaling.
+``03.padded_causal_attention`` (the build exercise) is attention over a padded batch, causal or not, with an optional
+window on both sides: the learner builds the mask from positions, refuses bad arguments with ``ValueError``s, and is
+compared with torch's ``F.scaled_dot_product_attention``; its catalogue holds the composition mistakes (masks combined
+with ``|``, one of them forgotten, the padding on the query axis, the causal flag or the window ignored or miscounted,
+NaN rows) and the bad arguments let through. ``03.predict_variance`` (predict, then measure) asks for the variance of
+q·k at d_k = 64 before scaling.
 """
 
 from __future__ import annotations
