@@ -10,9 +10,12 @@
   present, is merged first), which is not the most frequent pair of the word.
 - ``01.decode`` turns token ids back into text through the bytes of the whole sequence, so that a character whose
   UTF-8 bytes fall in two tokens survives, and an incomplete character becomes U+FFFD instead of an error.
-- ``01.train_merges`` (the build exercise) composes the pieces into the BPE trainer: its merges must equal
-  :func:`~tutorial_lib.tokenizers.train_bpe`'s, in order; the catalogue holds the composition mistakes (counting once,
-  never rewriting the words, ties by table order, no early stop).
+- ``01.train_merges`` (the build exercise) composes the pieces into a byte-level BPE trainer on a text: GPT-2's
+  pre-split, the 256 bytes as the start, ``vocab_size - 256`` merges; its merges must equal the package's
+  ``BPETokenizer.train``'s, in order, and bad input (a non-str or empty text, a vocab_size below 256 or not an int)
+  must raise ``ValueError``. The catalogue holds the composition mistakes (no pre-split, spaces dropped, characters
+  instead of bytes, counting once, never rewriting the words, ties by table order, no early stop, the bytes left out
+  of the vocabulary size) and the refusals left out.
 - ``01.predict_length`` (predict, then measure) asks how many tokens the hug table takes after its three merges: each
   merge saves as many tokens as its count.
 - ``01.predict_capitals`` (predict, then measure, by training and running a tokenizer): ids per character of the
@@ -32,6 +35,7 @@ from tutorial_lib import tokenizers as reference
 from tutorial_lib.checks.compound import mistake_builder
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register, uses_earlier_answer
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
+from tutorial_lib.validation import shortened
 
 # --- 01.count_pairs -----------------------------------------------------------------------------------------------------
 
@@ -559,90 +563,127 @@ DECODE = Exercise(
 )
 
 
-# --- 01.train_merges (build: the pieces above, composed into the trainer) ------------------------------------------------
+# --- 01.train_merges (build: the pieces above, composed into a byte-level BPE trainer on text) ---------------------------
+
+N_BYTES = 256  # byte-level BPE's base alphabet: every vocabulary holds the 256 single bytes before any merge
 
 
-def reference_train_merges(word_counts, n_merges):
-    """The merges ``train_bpe`` learns from a table of words (strings) and their counts, in order."""
-    return reference.train_bpe(word_counts, n_merges).merges
+def reference_train_merges(text, vocab_size):
+    """The merges the package's byte-level ``BPETokenizer.train(text, vocab_size=...)`` learns (GPT-2's pre-split, the
+    256 bytes, no special tokens), in order; ``text`` refused unless a non-empty ``str``, ``vocab_size`` unless an int
+    of at least 256 (the tokenizer refuses that one itself)."""
+    if not isinstance(text, str) or text == "":
+        raise ValueError(f"text must be a non-empty string, got {shortened(text)}")
+    return reference.BPETokenizer.train(text, vocab_size=vocab_size).merges
+
+
+_HUG_TEXT = " ".join(["hug"] * 10 + ["pug"] * 5 + ["pun"] * 12 + ["bun"] * 4 + ["hugs"] * 5)
+_CAT_TEXT = "the cat sat on the mat; the cat ate the rat."
 
 
 def _train_cases(generator: torch.Generator) -> list[Case]:
     return [
-        Case.of(word_counts=dict(HUG_WORDS), n_merges=4, note="hug, pug, pun, bun, hugs: merges that build on merges"),
-        Case.of(word_counts={"aaabdaaabac": 1}, n_merges=3, note="aaabdaaabac: a tie after the first merge"),
-        Case.of(word_counts={"low": 5, "lower": 2, "newest": 6, "widest": 3}, n_merges=8,
-                note="low, lower, newest, widest with counts 5, 2, 6, 3"),
-        Case.of(word_counts={"ab": 3, "b": 2, "ba": 1}, n_merges=5,
-                note="more merges asked for than the words allow: stop when every word is one token"),
-        Case.of(word_counts={"w": 9, "zy": 4, "xy": 1, "yz": 4}, n_merges=2,
-                note="the most frequent word has no pair, and (z, y), seen first, ties with (y, z)"),
+        Case.of(text=_HUG_TEXT, vocab_size=N_BYTES + 6, note="hug, pug, pun, bun, hugs 10, 5, 12, 4, 5 times: merges "
+                                                              "that build on merges"),
+        Case.of(text=_CAT_TEXT, vocab_size=N_BYTES + 8, note="a sentence: spaces belong to the word after them"),
+        Case.of(text="café naïve café, déjà vu", vocab_size=N_BYTES + 5, note="é and ï: two UTF-8 bytes each"),
+        Case.of(text="ab ab ab ab", vocab_size=N_BYTES + 5,
+                note="more merges than the words allow: stop when every word is one token"),
+        Case.of(text="zy yz zy yz", vocab_size=N_BYTES + 3, note="three pairs tie, (z, y) seen first"),
+        Case.of(text=_CAT_TEXT, vocab_size=N_BYTES, note="vocab_size 256: the bytes alone, no merge"),
+        Case.of(text=_CAT_TEXT, vocab_size=N_BYTES - 1, note="vocab_size 255, fewer than the bytes: a ValueError"),
+        Case.of(text=_CAT_TEXT, vocab_size=float(N_BYTES + 4), note="vocab_size 260.0, not an int: a ValueError"),
+        Case.of(text=_CAT_TEXT.encode(), vocab_size=N_BYTES + 4, note="text as bytes, not a str: a ValueError"),
+        Case.of(text="", vocab_size=N_BYTES + 4, note="an empty text: a ValueError"),
     ]
 
 
-def _recount(words, counts):
+def _recount(words):
     pairs = {}
-    for word, count in zip(words, counts):
+    for word, count in words.items():
         for pair in zip(word, word[1:]):
             pairs[pair] = pairs.get(pair, 0) + count
     return pairs
 
 
 @mistake_builder
-def _trainer(*, weighted=True, recount=True, update_words=True, pick="smallest", stop=True, returns="pairs"):
-    """The merge loop with one composition choice made wrongly (the learner's own versions of count, pick, merge)."""
-    def train_merges(word_counts, n_merges):
-        words = [list(word) for word in word_counts]
-        counts = [count if weighted else 1 for count in word_counts.values()]
-        pairs = _recount(words, counts)
-        merges = []
-        for _ in range(n_merges):
+def _trainer(*, split="gpt2", start="bytes", weighted=True, recount=True, update_words=True, pick="smallest",
+             stop=True, returns="pairs", budget="vocab_size - 256", refuse_small=True, refuse_float=True,
+             refuse_empty=True):
+    """The learner's trainer with one choice made wrongly (their own versions of count, pick, merge). ``split``:
+    "gpt2" (right: ``pretokenize``), "none" (the text as one word) or "whitespace" (``str.split``, spaces dropped);
+    ``start="characters"`` (each character's UTF-8 bytes as one symbol); ``budget="vocab_size"`` (the 256 bytes
+    forgotten); a refusal left out."""
+
+    def train_merges(text, vocab_size):
+        if refuse_empty and (not isinstance(text, str) or text == ""):
+            raise ValueError(f"text must be a non-empty string, got {text!r}")
+        if refuse_float and not isinstance(vocab_size, int):
+            raise ValueError(f"vocab_size must be an int, got {vocab_size!r}")
+        if refuse_small and vocab_size < 256:
+            raise ValueError(f"vocab_size must be at least 256, got {vocab_size}")
+        pieces = {"gpt2": reference.pretokenize, "none": lambda t: [t], "whitespace": str.split}[split](text)
+        words = {}
+        for piece in pieces:
+            if start == "bytes":
+                word = tuple(bytes([b]) for b in piece.encode("utf-8"))
+            else:
+                word = tuple(char.encode("utf-8") for char in piece)
+            words[word] = words.get(word, 0) + 1 if weighted else 1
+        n_merges = vocab_size - 256 if budget == "vocab_size - 256" else vocab_size
+        pairs, merges = _recount(words), []
+        while len(merges) < n_merges:
             if recount:
-                pairs = _recount(words, counts)
+                pairs = _recount(words)
             if stop and not pairs:
                 break
             if pick == "smallest":
                 pair = min(pairs.items(), key=lambda item: (-item[1], item[0]))[0]
-            elif pick == "max_builtin":
+            else:  # max over the counts alone: the first of the tied pairs in the table's order
                 pair = max(pairs.items(), key=lambda item: item[1])[0]
-            else:  # "min_builtin": the same loop written with min, whose empty-table error reads differently
-                pair = min(pairs.items(), key=lambda item: -item[1])[0]
             if not recount:
                 del pairs[pair]
             merges.append(pair if returns == "pairs" else pair[0] + pair[1])
             if update_words:
-                words = [reference.merge_pair(word, pair, pair[0] + pair[1]) for word in words]
+                words = {tuple(reference.merge_pair(list(w), pair, pair[0] + pair[1])): n for w, n in words.items()}
         return merges
 
     return train_merges
 
 
-def _one_merge_short(word_counts, n_merges):
-    return reference.train_bpe(word_counts, max(n_merges - 1, 0)).merges
+def _byte_words(text):
+    words = Counter(tuple(bytes([b]) for b in piece.encode("utf-8")) for piece in reference.pretokenize(text))
+    return list(words), list(words.values())
 
 
-def _least_frequent(word_counts, n_merges):
-    words, counts, merges = [list(word) for word in word_counts], list(word_counts.values()), []
-    for _ in range(n_merges):
-        pairs = _recount(words, counts)
+def _one_merge_short(text, vocab_size):
+    return _trainer()(text, vocab_size)[:-1]
+
+
+def _least_frequent(text, vocab_size):
+    words, counts = _byte_words(text)
+    merges = []
+    for _ in range(vocab_size - 256):
+        pairs = _recount(dict(zip(map(tuple, words), counts)))
         if not pairs:
             break
         pair = min(pairs.items(), key=lambda item: (item[1], item[0]))[0]
         merges.append(pair)
-        words = [reference.merge_pair(word, pair, pair[0] + pair[1]) for word in words]
+        words = [reference.merge_pair(list(word), pair, pair[0] + pair[1]) for word in words]
     return merges
 
 
-def _first_word_only(word_counts, n_merges):
-    words, counts, merges = [list(word) for word in word_counts], list(word_counts.values()), []
-    for _ in range(n_merges):
-        pairs = _recount(words, counts)
+def _first_word_only(text, vocab_size):
+    words, counts = _byte_words(text)
+    merges = []
+    for _ in range(vocab_size - 256):
+        pairs = _recount(dict(zip(map(tuple, words), counts)))
         if not pairs:
             break
         pair = min(pairs.items(), key=lambda item: (-item[1], item[0]))[0]
         merges.append(pair)
         for i, word in enumerate(words):  # applies the merge to the first word that holds the pair, then stops
-            merged = reference.merge_pair(word, pair, pair[0] + pair[1])
+            merged = reference.merge_pair(list(word), pair, pair[0] + pair[1])
             if len(merged) < len(word):
                 words[i] = merged
                 break
@@ -664,11 +705,25 @@ TRAIN_MERGES = Exercise(
     points=3,
     outputs=("the list of merges",),
     checked=(
-        "the hug table (merges that build on merges), aaabdaaabac (a tie), low/lower/newest/widest, a table that runs "
-        "out of pairs before n_merges, and a tie whose pairs were first seen in the other order: the "
-        "same merges as tutorial_lib's train_bpe, in the same order"
+        "the hug words as a text (merges that build on merges), a sentence, accented letters (two UTF-8 bytes each), "
+        "a text that runs out of pairs before vocab_size, a three-way tie whose pairs were first seen in another "
+        "order, vocab_size 256 (no merge), and four bad inputs that must raise ValueError: vocab_size 255 and 260.0, "
+        "text as bytes, an empty text; the same merges as the package's byte-level BPETokenizer.train, in the same "
+        "order (its encode then decode gives every text back)"
     ),
     mistakes=(
+        Mistake("no_pre_split", "counted pairs over the whole text as one word, so merges cross word boundaries",
+                "GPT-2 cuts the text into words first (`pretokenize`) and merges only within each: a pair made of the "
+                "end of one word and the start of the next never becomes a token.", (_trainer(split="none"),)),
+        Mistake("split_on_whitespace", "split the text with str.split, which throws the spaces away",
+                "The tokenizer must give the text back, spaces included: `pretokenize` keeps each space with the word "
+                "after it (' cat' is one word), so spaces take part in the merges.", (_trainer(split="whitespace"),)),
+        Mistake("started_from_characters", "started each word from its characters' UTF-8 bytes, one symbol a character",
+                "Byte-level BPE starts from single bytes: é is two symbols, 0xC3 and 0xA9, and merging them is a "
+                "merge to learn like any other.", (_trainer(start="characters"),)),
+        Mistake("unweighted_counts", "counted each distinct word once, however often the text holds it",
+                "A word that occurs 12 times contributes its pairs 12 times: count the words as you split the text.",
+                (_trainer(weighted=False),)),
         Mistake("counted_once", "counted the pairs once, before the first merge, and took the most frequent ones",
                 "Merges build on merges: after u + g, the word hugs holds (h, ug), a pair the first count never saw. "
                 "Count the pairs again in every round, on the words as the merges left them.",
@@ -676,23 +731,30 @@ TRAIN_MERGES = Exercise(
         Mistake("words_not_updated", "never applied the chosen merge to the words, so every round picks the same pair",
                 "After choosing a pair, rewrite every word with it (your `merge` from exercise 3) before counting "
                 "again.", (_trainer(update_words=False),)),
-        Mistake("unweighted_counts", "counted each word once, whatever its count",
-                "A word that occurs 12 times contributes its pairs 12 times: add the word's count, not 1.",
-                (_trainer(weighted=False),)),
-        Mistake("ties_by_table_order", "broke ties by the order of the pair table (max or min over counts only)",
+        Mistake("ties_by_table_order", "broke ties by the order of the pair table (max over the counts only)",
                 "Among pairs of equal count the smallest pair wins (your `best_pair` from exercise 2), so the result "
-                "does not depend on the order in which the pairs were first seen.",
-                (_trainer(pick="max_builtin"), _trainer(pick="min_builtin"))),
+                "does not depend on the order in which the pairs were first seen.", (_trainer(pick="max_builtin"),)),
         Mistake("no_early_stop", "kept looping after every word had become one token, and raised on an empty table",
                 "When the pair table is empty there is nothing left to merge: stop with fewer merges than asked for.",
-                (_trainer(stop=False), _trainer(stop=False, pick="max_builtin"),
-                 _trainer(stop=False, pick="min_builtin"))),
-        Mistake("new_tokens_returned", "returned the new tokens ('ug') instead of the pairs (('u', 'g'))",
+                (_trainer(stop=False), _trainer(stop=False, pick="max_builtin"))),
+        Mistake("new_tokens_returned", "returned the new tokens (b'ug') instead of the pairs ((b'u', b'g'))",
                 "A merge is the pair that was joined: record `pair` itself, not the token its two symbols make (the "
                 "encoder needs both halves).", (_trainer(returns="tokens"),)),
+        Mistake("bytes_left_out_of_the_vocabulary", "learned vocab_size merges, as if the vocabulary held merges only",
+                "The vocabulary starts with the 256 single bytes and each merge adds one token: vocab_size - 256 "
+                "merges.", (_trainer(budget="vocab_size"),)),
+        Mistake("small_vocabulary_not_refused", "returned no merges for a vocab_size below 256 instead of refusing it",
+                "A vocabulary smaller than the byte alphabet cannot encode every text: raise a ValueError that names "
+                "`vocab_size` and the 256 it needs.", (_trainer(refuse_small=False),)),
+        Mistake("float_vocab_size_accepted", "accepted a vocab_size that is not an int, such as 260.0",
+                "A vocabulary holds a whole number of tokens: refuse anything but an int (a bool is not one either) "
+                "with a ValueError that names `vocab_size`.", (_trainer(refuse_float=False),)),
+        Mistake("empty_text_not_refused", "returned no merges for an empty text instead of refusing it",
+                "There is nothing to learn from an empty text: raise a ValueError that names `text`, as for a text "
+                "that is not a str.", (_trainer(refuse_empty=False),)),
     ),
     mutants=(
-        Mutant("one_merge_short", "learns n_merges - 1 merges", _one_merge_short),
+        Mutant("one_merge_short", "learns vocab_size - 257 merges", _one_merge_short),
         Mutant("least_frequent", "merges the least frequent pair each round", _least_frequent),
         Mutant("first_word_only", "applies each merge to the first word that holds the pair only", _first_word_only),
     ),
