@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import collections
 import itertools
+import random
 
 import pytest
 
 from tutorial_lib.checks import check, get_exercise
+from tutorial_lib.tokenizers import pretokenize
 
 from conftest import check_recorded  # a prediction's answer is recorded before its check, as in a notebook
 
@@ -305,10 +307,29 @@ def test_a_tie_broken_by_insertion_order_is_caught_on_the_reordered_table():
 # --- the build exercise (01.train_merges) and the prediction (01.predict_length) ---------------------------------------
 
 
-def train_merges_with_counter(word_counts, n_merges):
-    words = collections.Counter({tuple(word): n for word, n in word_counts.items()})
-    merges = []
-    while len(merges) < n_merges:
+def words_of(text):  # GPT-2's pre-split, each word as its single bytes, with its count
+    return collections.Counter(tuple(bytes([b]) for b in w.encode()) for w in pretokenize(text))
+
+
+def rewrite(word, pair):
+    out, i = [], 0
+    while i < len(word):
+        if word[i : i + 2] == pair:
+            out.append(pair[0] + pair[1])
+            i += 2
+        else:
+            out.append(word[i])
+            i += 1
+    return tuple(out)
+
+
+def train_merges_with_counter(text, vocab_size):
+    if type(text) is not str or not text:
+        raise ValueError("text: a non-empty str, please")
+    if type(vocab_size) is not int or vocab_size < 256:
+        raise ValueError(f"vocab_size={vocab_size!r}: an int >= 256")
+    words, merges = words_of(text), []
+    for _ in range(vocab_size - 256):
         pairs = collections.Counter()
         for word, n in words.items():
             for pair in zip(word, word[1:]):
@@ -320,30 +341,155 @@ def train_merges_with_counter(word_counts, n_merges):
         merges.append(pair)
         merged = collections.Counter()
         for word, n in words.items():
-            out, i = [], 0
-            while i < len(word):
-                if word[i : i + 2] == pair:
-                    out.append(pair[0] + pair[1])
-                    i += 2
-                else:
-                    out.append(word[i])
-                    i += 1
-            merged[tuple(out)] += n
+            merged[rewrite(word, pair)] += n
         words = merged
     return merges
 
 
-def train_merges_first_table_only(word_counts, n_merges):  # one count, then the top pairs of that count
+def trainer_learning(change):
+    """The trainer above with one step replaced: ``change(text, vocab_size)`` returns its (words, n_merges)."""
+    def train(text, vocab_size):
+        words, n_merges = change(text, vocab_size)
+        merges = []
+        for _ in range(n_merges):
+            pairs = collections.Counter()
+            for word, n in words.items():
+                for pair in zip(word, word[1:]):
+                    pairs[pair] += n
+            if not pairs:
+                break
+            top = max(pairs.values())
+            pair = sorted(p for p, n in pairs.items() if n == top)[0]
+            merges.append(pair)
+            words = collections.Counter({rewrite(w, pair): n for w, n in words.items()})
+        return merges
+    return train
+
+
+def checked(text, vocab_size):
+    if not isinstance(text, str) or not text or not isinstance(vocab_size, int) or vocab_size < 256:
+        raise ValueError(f"bad text or vocab_size: {text!r}, {vocab_size!r}")
+
+
+def train_on_the_whole_text(text, vocab_size):
+    checked(text, vocab_size)
+    return trainer_learning(lambda t, v: (collections.Counter({tuple(bytes([b]) for b in t.encode()): 1}), v - 256))(
+        text, vocab_size)
+
+
+def train_on_split_words(text, vocab_size):
+    checked(text, vocab_size)
+    return trainer_learning(lambda t, v: (collections.Counter(tuple(bytes([b]) for b in w.encode()) for w in t.split()),
+                                          v - 256))(text, vocab_size)
+
+
+def train_on_characters(text, vocab_size):
+    checked(text, vocab_size)
+    return trainer_learning(lambda t, v: (collections.Counter(tuple(c.encode() for c in w) for w in pretokenize(t)),
+                                          v - 256))(text, vocab_size)
+
+
+def train_on_distinct_words(text, vocab_size):
+    checked(text, vocab_size)
+    return trainer_learning(lambda t, v: (dict.fromkeys(words_of(t), 1), v - 256))(text, vocab_size)
+
+
+def train_with_vocab_size_merges(text, vocab_size):
+    checked(text, vocab_size)
+    return trainer_learning(lambda t, v: (words_of(t), v))(text, vocab_size)
+
+
+def train_merges_first_table_only(text, vocab_size):  # one count, then the top pairs of that count
+    checked(text, vocab_size)
     pairs = collections.Counter()
-    for word, n in word_counts.items():
+    for word, n in words_of(text).items():
         for i in range(len(word) - 1):
             pairs[(word[i], word[i + 1])] += n
     ranked = sorted(pairs.items(), key=lambda item: (-item[1], item[0]))
-    return [pair for pair, _ in ranked[:n_merges]]
+    return [pair for pair, _ in ranked[: vocab_size - 256]]
 
 
-def train_merges_joined_tokens(word_counts, n_merges):
-    return ["".join(pair) for pair in train_merges_with_counter(word_counts, n_merges)]
+def train_never_merging(text, vocab_size):
+    checked(text, vocab_size)
+    words, merges = words_of(text), []
+    for _ in range(vocab_size - 256):
+        pairs = collections.Counter()
+        for word, n in words.items():
+            for pair in zip(word, word[1:]):
+                pairs[pair] += n
+        if not pairs:
+            break
+        merges.append(min(pairs, key=lambda p: (-pairs[p], p)))
+    return merges
+
+
+def train_by_max_get(text, vocab_size):
+    checked(text, vocab_size)
+    words, merges = words_of(text), []
+    for _ in range(vocab_size - 256):
+        pairs = {}
+        for word, n in words.items():
+            for pair in zip(word, word[1:]):
+                pairs[pair] = pairs.get(pair, 0) + n
+        if not pairs:
+            break
+        pair = max(pairs, key=pairs.get)
+        merges.append(pair)
+        words = {rewrite(w, pair): n for w, n in words.items()}
+    return merges
+
+
+def train_without_a_stop(text, vocab_size):
+    checked(text, vocab_size)
+    words, merges = words_of(text), []
+    for _ in range(vocab_size - 256):
+        pairs = collections.Counter()
+        for word, n in words.items():
+            for pair in zip(word, word[1:]):
+                pairs[pair] += n
+        pair = sorted(pairs.items(), key=lambda item: (-item[1], item[0]))[0][0]
+        merges.append(pair)
+        words = collections.Counter({rewrite(w, pair): n for w, n in words.items()})
+    return merges
+
+
+def train_merges_joined_tokens(text, vocab_size):
+    return [left + right for left, right in train_merges_with_counter(text, vocab_size)]
+
+
+def train_without_the_size_check(text, vocab_size):
+    if not isinstance(text, str) or not text or not isinstance(vocab_size, int):
+        raise ValueError("text must be a non-empty str, vocab_size an int")
+    return trainer_learning(lambda t, v: (words_of(t), max(v - 256, 0)))(text, vocab_size)
+
+
+def train_accepting_floats(text, vocab_size):
+    if not isinstance(text, str) or not text or vocab_size < 256:
+        raise ValueError("bad text or vocab_size")
+    return trainer_learning(lambda t, v: (words_of(t), int(v) - 256))(text, vocab_size)
+
+
+def train_without_the_text_check(text, vocab_size):
+    if not isinstance(vocab_size, int) or vocab_size < 256:
+        raise ValueError("vocab_size must be an int of at least 256")
+    return trainer_learning(lambda t, v: (words_of(t), v - 256))(text, vocab_size)
+
+
+TRAIN_MISTAKES = [
+    (train_on_the_whole_text, "no_pre_split"),
+    (train_on_split_words, "split_on_whitespace"),
+    (train_on_characters, "started_from_characters"),
+    (train_on_distinct_words, "unweighted_counts"),
+    (train_merges_first_table_only, "counted_once"),
+    (train_never_merging, "words_not_updated"),
+    (train_by_max_get, "ties_by_table_order"),
+    (train_without_a_stop, "no_early_stop"),
+    (train_merges_joined_tokens, "new_tokens_returned"),
+    (train_with_vocab_size_merges, "bytes_left_out_of_the_vocabulary"),
+    (train_without_the_size_check, "small_vocabulary_not_refused"),
+    (train_accepting_floats, "float_vocab_size_accepted"),
+    (train_without_the_text_check, "empty_text_not_refused"),
+]
 
 
 def test_the_build_exercise_passes_a_trainer_written_differently():
@@ -351,10 +497,45 @@ def test_the_build_exercise_passes_a_trainer_written_differently():
     assert result.passed, result.verdict
 
 
-@pytest.mark.parametrize(("learner", "mistake"), [(train_merges_first_table_only, "counted_once"),
-                                                  (train_merges_joined_tokens, "new_tokens_returned")])
+@pytest.mark.parametrize(("learner", "mistake"), TRAIN_MISTAKES, ids=[learner.__name__ for learner, _ in TRAIN_MISTAKES])
 def test_a_learners_trainer_mistake_is_named(learner, mistake, assert_mistake_named):
     assert_mistake_named("01.train_merges", learner, mistake)
+
+
+def test_every_catalogued_trainer_mistake_has_a_learner_version_here():
+    assert {m.name for m in get_exercise("01.train_merges").mistakes} == {m for _, m in TRAIN_MISTAKES}
+
+
+def test_a_trainer_built_on_the_packages_tokenizer_scores_nothing():
+    from tutorial_lib.tokenizers import BPETokenizer
+
+    result = check("01.train_merges", lambda text, vocab_size: BPETokenizer.train(text, vocab_size=vocab_size).merges)
+    assert result.kind == "calls_the_work" and result.points == 0
+
+
+BRUTE_FORCE_TEXTS = ["the cat sat on the mat; the cat ate the rat.", "café naïve café, déjà vu 🙂🙂", "aaaa aaa  aa\n\na",
+                     "zy yz zy yz xx x"]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_trainer_reference_is_the_brute_force_merge_loop_and_round_trips(seed):
+    """The reference (the package's BPETokenizer.train, which updates pair counts incrementally) against a loop written
+    here from the definition: every pair of the text's words recounted from scratch each round, the tie by sorting;
+    on fixed texts and random ones over a small alphabet (many ties, overlaps, runs of spaces)."""
+    from tutorial_lib.checks.ch01 import reference_train_merges
+    from tutorial_lib.tokenizers import BPETokenizer
+
+    rng = random.Random(seed)
+    texts = BRUTE_FORCE_TEXTS + ["".join(rng.choice("ab é\n") for _ in range(rng.randint(1, 80))) for _ in range(20)]
+    for text in texts:
+        for n_merges in (0, 1, 7, 40):
+            merges = reference_train_merges(text, 256 + n_merges)
+            assert merges == train_merges_with_counter(text, 256 + n_merges), (text, n_merges)
+            tokenizer = BPETokenizer(merges)
+            assert tokenizer.decode(tokenizer.encode(text)) == text
+    for text, vocab_size in (("ab", 255), ("ab", 260.0), ("ab", True), (b"ab", 260), ("", 260), (["ab"], 260)):
+        with pytest.raises(ValueError, match="vocab_size|text"):
+            reference_train_merges(text, vocab_size)
 
 
 def test_the_prediction_is_graded_against_the_merges_counts(predict):

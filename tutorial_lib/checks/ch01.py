@@ -35,7 +35,7 @@ from tutorial_lib import tokenizers as reference
 from tutorial_lib.checks.compound import mistake_builder
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, WrongOutput, register, uses_earlier_answer
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
-from tutorial_lib.validation import shortened
+from tutorial_lib.validation import check_int, shortened
 
 # --- 01.count_pairs -----------------------------------------------------------------------------------------------------
 
@@ -571,9 +571,10 @@ N_BYTES = 256  # byte-level BPE's base alphabet: every vocabulary holds the 256 
 def reference_train_merges(text, vocab_size):
     """The merges the package's byte-level ``BPETokenizer.train(text, vocab_size=...)`` learns (GPT-2's pre-split, the
     256 bytes, no special tokens), in order; ``text`` refused unless a non-empty ``str``, ``vocab_size`` unless an int
-    of at least 256 (the tokenizer refuses that one itself)."""
+    of at least 256 (here, before the tokenizer's annotations turn a float into a type-check error)."""
     if not isinstance(text, str) or text == "":
         raise ValueError(f"text must be a non-empty string, got {shortened(text)}")
+    check_int("vocab_size", vocab_size, minimum=N_BYTES)
     return reference.BPETokenizer.train(text, vocab_size=vocab_size).merges
 
 
@@ -639,6 +640,8 @@ def _trainer(*, split="gpt2", start="bytes", weighted=True, recount=True, update
                 break
             if pick == "smallest":
                 pair = min(pairs.items(), key=lambda item: (-item[1], item[0]))[0]
+            elif pick == "sorted":  # the same pair, but the first of an empty list is an IndexError
+                pair = sorted(pairs.items(), key=lambda item: (-item[1], item[0]))[0][0]
             else:  # max over the counts alone: the first of the tied pairs in the table's order
                 pair = max(pairs.items(), key=lambda item: item[1])[0]
             if not recount:
@@ -736,7 +739,7 @@ TRAIN_MERGES = Exercise(
                 "does not depend on the order in which the pairs were first seen.", (_trainer(pick="max_builtin"),)),
         Mistake("no_early_stop", "kept looping after every word had become one token, and raised on an empty table",
                 "When the pair table is empty there is nothing left to merge: stop with fewer merges than asked for.",
-                (_trainer(stop=False), _trainer(stop=False, pick="max_builtin"))),
+                (_trainer(stop=False), _trainer(stop=False, pick="max_builtin"), _trainer(stop=False, pick="sorted"))),
         Mistake("new_tokens_returned", "returned the new tokens (b'ug') instead of the pairs ((b'u', b'g'))",
                 "A merge is the pair that was joined: record `pair` itself, not the token its two symbols make (the "
                 "encoder needs both halves).", (_trainer(returns="tokens"),)),
