@@ -497,7 +497,8 @@ def test_the_build_exercise_passes_a_trainer_written_differently():
     assert result.passed, result.verdict
 
 
-@pytest.mark.parametrize(("learner", "mistake"), TRAIN_MISTAKES, ids=[learner.__name__ for learner, _ in TRAIN_MISTAKES])
+@pytest.mark.parametrize(("learner", "mistake"), TRAIN_MISTAKES,
+                         ids=[learner.__name__ for learner, _ in TRAIN_MISTAKES])
 def test_a_learners_trainer_mistake_is_named(learner, mistake, assert_mistake_named):
     assert_mistake_named("01.train_merges", learner, mistake)
 
@@ -513,8 +514,8 @@ def test_a_trainer_built_on_the_packages_tokenizer_scores_nothing():
     assert result.kind == "calls_the_work" and result.points == 0
 
 
-BRUTE_FORCE_TEXTS = ["the cat sat on the mat; the cat ate the rat.", "café naïve café, déjà vu 🙂🙂", "aaaa aaa  aa\n\na",
-                     "zy yz zy yz xx x"]
+BRUTE_FORCE_TEXTS = ["the cat sat on the mat; the cat ate the rat.", "café naïve café, déjà vu 🙂🙂",
+                     "aaaa aaa  aa\n\na", "zy yz zy yz xx x"]
 
 
 @pytest.mark.parametrize("seed", range(4))

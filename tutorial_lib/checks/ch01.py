@@ -563,7 +563,7 @@ DECODE = Exercise(
 )
 
 
-# --- 01.train_merges (build: the pieces above, composed into a byte-level BPE trainer on text) ---------------------------
+# --- 01.train_merges (build: the pieces above, composed into a byte-level BPE trainer on text) -----------------------
 
 N_BYTES = 256  # byte-level BPE's base alphabet: every vocabulary holds the 256 single bytes before any merge
 
