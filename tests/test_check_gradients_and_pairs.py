@@ -108,7 +108,7 @@ TRAINED = ["02.scaled_embedding", "02.embed_inputs", "03.attention", "03.padded_
 def test_trained_components_compare_gradients_and_their_reference_passes(exercise_id):
     exercise = get_exercise(exercise_id)
     assert exercise.gradients
-    assert check(exercise_id, lambda *args: exercise.reference(*args)).passed
+    assert check(exercise_id, lambda *args, **options: exercise.reference(*args, **options)).passed
 
 
 @pytest.mark.parametrize("exercise_id", TRAINED)
@@ -116,9 +116,9 @@ def test_trained_components_compare_gradients_and_their_reference_passes(exercis
 def test_an_output_computed_without_grad_loses_its_points(exercise_id):
     reference = get_exercise(exercise_id).reference
 
-    def under_no_grad(*args):
+    def under_no_grad(*args, **options):  # options: a module exercise's keyword arguments (05.ffn's bias, dropout)
         with torch.no_grad():
-            out = reference(*args)
+            out = reference(*args, **options)
         if isinstance(out, torch.nn.Module):  # a module exercise builds the answer, then calls it: that call too
             forward = out.forward
 

@@ -137,18 +137,33 @@ def test_the_references_are_the_package_modules_with_their_weights():
 
 
 class FfnThreeKinds(torch.nn.Module):
-    def __init__(self, d_model, d_ff, kind):
+    wrong = None
+
+    def __init__(self, d_model, d_ff, kind, *, bias=None, dropout=0.0, multiple_of=None):
         super().__init__()
+        wrong = self.wrong
         if kind not in ("relu", "gelu_tanh", "swiglu"):
             raise ValueError(f"unknown kind {kind}")
-        self.kind = kind
-        bias = kind != "swiglu"
+        if wrong != "zero size" and min(d_model, d_ff) <= 0:
+            raise ValueError("d_model and d_ff must be positive")
+        if wrong != "dropout one" and (dropout < 0 or dropout >= 1):
+            raise ValueError(f"dropout {dropout} is not a probability below 1")
+        if multiple_of:
+            if kind != "swiglu" and wrong != "multiple_of anywhere":
+                raise ValueError("multiple_of: swiglu only")
+            if kind == "swiglu" and wrong != "no rounding":
+                base = d_ff if wrong == "round d_ff" else (2 * d_ff) // 3
+                d_ff = base // multiple_of * multiple_of if wrong == "floor" else math.ceil(base / multiple_of) * multiple_of
+        self.kind, self.rate = kind, dropout
+        if bias is None or wrong == "family bias":
+            bias = kind != "swiglu"
         self.up = torch.nn.Linear(d_model, d_ff, bias=bias)
         self.down = torch.nn.Linear(d_ff, d_model, bias=bias)
         if kind == "swiglu":
-            self.gate = torch.nn.Linear(d_model, d_ff, bias=False)
+            self.gate = torch.nn.Linear(d_model, d_ff, bias=bias)
 
     def forward(self, x):
+        wrong = self.wrong
         hidden = self.up(x)
         if self.kind == "relu":
             hidden = hidden.clamp(min=0)
@@ -157,14 +172,55 @@ class FfnThreeKinds(torch.nn.Module):
         else:
             gate = self.gate(x)
             hidden = gate * torch.sigmoid(gate) * hidden
-        return self.down(hidden)
+        if wrong == "drop late":
+            return F.dropout(self.down(hidden), self.rate, self.training)
+        return self.down(F.dropout(hidden, self.rate, training=self.training or wrong == "always drop"))
+
+
+def ffn_three_kinds(wrong):
+    return type(f"Ffn_{wrong.replace(' ', '_')}", (FfnThreeKinds,), {"wrong": wrong})
 
 
 class FfnUpAsGate(FfnThreeKinds):
     def forward(self, x):
         if self.kind == "swiglu":
-            return self.down(torch.nn.functional.silu(self.up(x)) * self.gate(x))
+            return self.down(F.dropout(F.silu(self.up(x)) * self.gate(x), self.rate, self.training))
         return super().forward(x)
+
+
+class FfnErfGelu(FfnThreeKinds):
+    def forward(self, x):
+        if self.kind == "gelu_tanh":
+            h = self.up(x)
+            return self.down(F.dropout(h * 0.5 * (1 + torch.erf(h / math.sqrt(2))), self.rate, self.training))
+        return super().forward(x)
+
+
+class FfnGlu(FfnThreeKinds):
+    def forward(self, x):
+        if self.kind == "swiglu":
+            return self.down(F.dropout(torch.sigmoid(self.gate(x)) * self.up(x), self.rate, self.training))
+        return super().forward(x)
+
+
+class FfnActAtTheEnd(FfnThreeKinds):
+    def forward(self, x):
+        if self.kind == "relu":
+            return torch.relu(self.down(F.dropout(self.up(x), self.rate, self.training)))
+        if self.kind == "gelu_tanh":
+            return F.gelu(self.down(F.dropout(self.up(x), self.rate, self.training)), approximate="tanh")
+        return super().forward(x)
+
+
+FFN_MISTAKES = [(FfnErfGelu, "exact_gelu"), (FfnUpAsGate, "gate_and_up_swapped"), (FfnGlu, "sigmoid_gate"),
+                (FfnActAtTheEnd, "activation_on_the_output"), (ffn_three_kinds("family bias"), "bias_ignored"),
+                (ffn_three_kinds("no rounding"), "multiple_of_ignored"), (ffn_three_kinds("floor"), "rounded_down"),
+                (ffn_three_kinds("round d_ff"), "two_thirds_skipped"),
+                (ffn_three_kinds("drop late"), "dropout_on_the_output"),
+                (ffn_three_kinds("always drop"), "dropout_at_evaluation"),
+                (ffn_three_kinds("zero size"), "size_not_refused"),
+                (ffn_three_kinds("dropout one"), "dropout_not_refused"),
+                (ffn_three_kinds("multiple_of anywhere"), "multiple_of_not_refused")]
 
 
 def test_the_build_exercise_passes_an_ffn_written_differently():
@@ -172,8 +228,26 @@ def test_the_build_exercise_passes_an_ffn_written_differently():
     assert result.passed, result.verdict
 
 
-def test_a_learners_swapped_gate_is_named(assert_mistake_named):
-    assert_mistake_named("05.ffn", FfnUpAsGate, "gate_and_up_swapped")
+@pytest.mark.parametrize(("learner", "mistake"), FFN_MISTAKES, ids=[m for _, m in FFN_MISTAKES])
+def test_a_learners_ffn_mistake_is_named(learner, mistake, assert_mistake_named):
+    assert_mistake_named("05.ffn", learner, mistake)
+
+
+def test_every_catalogued_ffn_mistake_has_a_learner_version_here():
+    assert {m.name for m in get_exercise("05.ffn").mistakes} == {m for _, m in FFN_MISTAKES}
+
+
+def test_an_ffn_that_never_drops_loses_its_points():
+    class NoDropout(FfnThreeKinds):
+        def forward(self, x):
+            rate, self.rate = self.rate, 0.0
+            try:
+                return super().forward(x)
+            finally:
+                self.rate = rate
+
+    result = check("05.ffn", NoDropout)
+    assert not result.passed and "training=True" in result.verdict
 
 
 def test_the_package_modules_inside_the_learners_score_nothing():
@@ -186,6 +260,45 @@ def test_the_package_modules_inside_the_learners_score_nothing():
             return inner(x)
 
     assert check("05.ffn", Wrapped).kind == "calls_the_work"
+
+
+def test_the_ffn_reference_is_torchs_own_functions_and_llamas_sizes():
+    """Each kind against torch's F.relu, F.gelu(approximate="tanh") and F.silu on the module's own weights; with
+    ``bias``, dropout in training (torch's F.dropout, same seed) and ``multiple_of`` (LLaMA-7B's and -13B's published
+    sizes, 11008 and 13824, and the package's llama_d_ff); bad arguments refused, naming them."""
+    from tutorial_lib.checks.ch05 import reference_feed_forward_module, rounded_hidden_size
+    from tutorial_lib.models.llama import llama_d_ff
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 16)
+    for kind, act in (("relu", F.relu), ("gelu_tanh", lambda h: F.gelu(h, approximate="tanh"))):
+        for bias in (None, False):
+            ffn = reference_feed_forward_module(16, 40, kind, bias=bias).eval()
+            up, down = ffn.up, ffn.down
+            assert (up.bias is None) == (bias is False) and (down.bias is None) == (bias is False)
+            torch.testing.assert_close(ffn(x), F.linear(act(F.linear(x, up.weight, up.bias)), down.weight, down.bias))
+    ffn = reference_feed_forward_module(16, 40, "gelu_tanh", dropout=0.5).train()
+    torch.manual_seed(1)
+    got = ffn(x)
+    torch.manual_seed(1)
+    hidden = F.dropout(F.gelu(F.linear(x, ffn.up.weight, ffn.up.bias), approximate="tanh"), 0.5, training=True)
+    torch.testing.assert_close(got, F.linear(hidden, ffn.down.weight, ffn.down.bias))
+    for bias in (None, True):
+        swiglu = reference_feed_forward_module(16, 64, "swiglu", bias=bias, multiple_of=16).eval()
+        assert swiglu.gate.out_features == 48 and (swiglu.up.bias is not None) == bool(bias)
+        gate, up, down = swiglu.gate, swiglu.up, swiglu.down
+        expected = F.linear(F.silu(F.linear(x, gate.weight, gate.bias)) * F.linear(x, up.weight, up.bias), down.weight,
+                            down.bias)
+        torch.testing.assert_close(swiglu(x), expected)
+    assert rounded_hidden_size(4 * 4096, 256) == 11008 and rounded_hidden_size(4 * 5120, 256) == 13824
+    assert all(rounded_hidden_size(4 * d, m) == llama_d_ff(d, m) for d in range(1, 200, 7) for m in (1, 8, 32, 256))
+    for arguments, name in (((16, 40, "gelu"), "kind"), ((0, 40, "relu"), "d_model"), ((16, -4, "relu"), "d_ff"),
+                            ((16, 40, "relu", {"dropout": 1.0}), "dropout"),
+                            ((16, 40, "swiglu", {"multiple_of": 0}), "multiple_of"),
+                            ((16, 40, "relu", {"multiple_of": 8}), "multiple_of")):
+        *positional, options = arguments if isinstance(arguments[-1], dict) else (*arguments, {})
+        with pytest.raises(ValueError, match=name):
+            reference_feed_forward_module(*positional, **options)
 
 
 def test_the_share_prediction_names_equal_halves(predict):

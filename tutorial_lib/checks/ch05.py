@@ -8,8 +8,11 @@
 - ``05.swiglu_hidden_size`` is LLaMA's ``d_ff``: two thirds of 4·d_model, rounded *up* to a multiple.
 - ``05.ffn`` (the build exercise, a piece of the learner's own transformer) composes them into a ``FeedForward``
   module of the learner's own for three families: the paper's ReLU, GPT-2's GELU (tanh form) and LLaMA's SwiGLU, with
-  the package's layer names so that trained weights load into it; the catalogue holds the composition mistakes (the
-  exact GELU, the SiLU on the up branch, a sigmoid gate, the activation on the output).
+  the package's layer names so that trained weights load into it, with what a real model of each family sets (``bias``
+  on or off, ``dropout`` on the hidden layer, checked in training with seeded masks, LLaMA's ``multiple_of`` rounding)
+  and bad arguments refused; the catalogue holds the composition mistakes (the exact GELU, the SiLU on the up branch, a
+  sigmoid gate, the activation on the output), the options' (``bias`` ignored, the rounding down, skipped or left out,
+  dropout on the output or at evaluation) and the bad arguments let through.
 - ``05.predict_ffn_share`` (predict, then measure) asks for the FFN's share of a base block's parameters, about 2/3.
 - ``05.predict_dead_share`` (predict, then measure, by running the FFN) asks which share of the hidden ReLU units are
   exactly 0 at initialisation on inputs shifted by +3: still about half, since the weights are as often negative.
@@ -19,6 +22,7 @@ As in ``ch03``, the mistakes are written the way a learner would write them and 
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -30,7 +34,7 @@ from tutorial_lib.feed_forward import FeedForward, SwiGLU
 from tutorial_lib.models.llama import llama_d_ff
 from tutorial_lib.checks.compound import mistake_builder
 from tutorial_lib.checks.core import Case, Exercise, Mistake, Mutant, register
-from tutorial_lib.checks.modules import run_module
+from tutorial_lib.checks.modules import build_module, same_parameters
 from tutorial_lib.checks.prediction import Misconception, predict_number, wrong_prediction
 
 # --- 05.feed_forward ----------------------------------------------------------------------------------------------------
@@ -371,95 +375,175 @@ SWIGLU_HIDDEN_SIZE = Exercise(
 FFN_KINDS = ("relu", "gelu_tanh", "swiglu")
 
 
-def reference_feed_forward_module(d_model: int, d_ff: int, kind: str) -> nn.Module:
+def rounded_hidden_size(d_ff: int, multiple_of: int) -> int:
+    """LLaMA's ``FeedForward(dim, hidden_dim=4·dim, multiple_of)``: two thirds of ``d_ff``, truncated, rounded *up* to a
+    multiple of ``multiple_of`` (``llama_d_ff`` when ``d_ff = 4·d_model``, tested; 4·4096, 256 → 11008)."""
+    return multiple_of * math.ceil(int(2 * d_ff / 3) / multiple_of)
+
+
+def _positive_int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def reference_feed_forward_module(d_model: int, d_ff: int, kind: str, *, bias: bool | None = None,
+                                  dropout: float = 0.0, multiple_of: int | None = None) -> nn.Module:
     """The package's feed-forward of three model families: the paper's ReLU FFN and GPT-2's GELU (tanh form), with the
-    layers ``up`` and ``down`` and their biases, or LLaMA's SwiGLU, ``gate``, ``up`` and ``down`` without biases."""
+    layers ``up`` and ``down`` and their biases, or LLaMA's SwiGLU, ``gate``, ``up`` and ``down`` without biases.
+    ``bias`` overrides the family's choice; ``dropout`` acts on the hidden layer (the package's ``nn.Dropout``);
+    ``multiple_of`` (SwiGLU only) rounds ``d_ff`` as LLaMA does. Bad arguments raise a ValueError naming them."""
     if kind not in FFN_KINDS:
         raise ValueError(f"kind must be one of {FFN_KINDS}, got {kind!r}")
+    _positive_int("d_model", d_model)
+    _positive_int("d_ff", d_ff)
+    if not 0 <= dropout < 1:
+        raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+    if multiple_of is not None:
+        if kind != "swiglu":
+            raise ValueError(f"multiple_of rounds SwiGLU's hidden size: only for kind 'swiglu', got kind {kind!r}")
+        _positive_int("multiple_of", multiple_of)
+        d_ff = rounded_hidden_size(d_ff, multiple_of)
     if kind == "swiglu":
-        return SwiGLU(d_model, d_ff)
-    return FeedForward(d_model, d_ff, activation=kind)
+        return SwiGLU(d_model, d_ff, bias=bool(bias), dropout=dropout)
+    return FeedForward(d_model, d_ff, activation=kind, bias=bias is None or bias, dropout=dropout)
 
 
 def _ffn_weights(d_model: int, d_ff: int, kind: str, generator: torch.Generator,
-                 dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+                 dtype: torch.dtype = torch.float32, bias: bool | None = None) -> dict[str, torch.Tensor]:
     def randn(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, generator=generator, dtype=dtype)
 
-    if kind == "swiglu":
-        return {"gate.weight": randn(d_ff, d_model) / math.sqrt(d_model), "up.weight": randn(d_ff, d_model) / math.sqrt(d_model),
-                "down.weight": randn(d_model, d_ff) / math.sqrt(d_ff)}
-    return {"up.weight": randn(d_ff, d_model) / math.sqrt(d_model), "up.bias": randn(d_ff),
-            "down.weight": randn(d_model, d_ff) / math.sqrt(d_ff), "down.bias": randn(d_model)}
+    layers = {"gate": (d_ff, d_model), "up": (d_ff, d_model), "down": (d_model, d_ff)}
+    if kind != "swiglu":
+        del layers["gate"]
+    weights = {}
+    for name, (rows, columns) in layers.items():
+        weights[f"{name}.weight"] = randn(rows, columns) / math.sqrt(max(columns, 1))
+        if bias or (bias is None and kind != "swiglu"):
+            weights[f"{name}.bias"] = randn(rows)
+    return weights
 
 
 def _ffn_module_cases(generator: torch.Generator) -> list[Case]:
     def randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         return torch.randn(*shape, generator=generator, dtype=dtype)
 
+    def case(d_model, d_ff, kind, x, note, *, dtype=torch.float32, training=False, weights_d_ff=None, **options):
+        weights = _ffn_weights(d_model, weights_d_ff or d_ff, kind, generator, dtype, options.get("bias"))
+        return Case.of(d_model=d_model, d_ff=d_ff, kind=kind, options=options, weights=weights, x=x, training=training,
+                       note=note)
+
     return [
-        Case.of(d_model=8, d_ff=32, kind="relu", weights=_ffn_weights(8, 32, "relu", generator), x=randn(2, 3, 8),
-                note="the paper's ReLU FFN"),
-        Case.of(d_model=6, d_ff=24, kind="gelu_tanh", weights=_ffn_weights(6, 24, "gelu_tanh", generator, torch.float64),
-                x=randn(4, 6, dtype=torch.float64), note="GPT-2's GELU in its tanh form, float64"),
-        Case.of(d_model=8, d_ff=12, kind="swiglu", weights=_ffn_weights(8, 12, "swiglu", generator), x=randn(2, 5, 8),
-                note="LLaMA's SwiGLU"),
-        Case.of(d_model=6, d_ff=4, kind="swiglu", weights=_ffn_weights(6, 4, "swiglu", generator, torch.float64),
-                x=randn(3, 6, dtype=torch.float64), note="SwiGLU in float64, d_ff = 4"),
-        Case.of(d_model=8, d_ff=16, kind="gelu", weights=_ffn_weights(8, 16, "relu", generator), x=randn(1, 8),
-                note="an unknown kind: a ValueError"),
+        case(8, 32, "relu", randn(2, 3, 8), "the paper's ReLU FFN"),
+        case(6, 24, "gelu_tanh", randn(4, 6, dtype=torch.float64), "GPT-2's GELU in its tanh form, float64",
+             dtype=torch.float64),
+        case(8, 12, "swiglu", randn(2, 5, 8), "LLaMA's SwiGLU"),
+        case(6, 4, "swiglu", randn(3, 6, dtype=torch.float64), "SwiGLU in float64, d_ff = 4", dtype=torch.float64),
+        case(8, 16, "relu", randn(2, 3, 8), "bias=False: a ReLU FFN without biases", bias=False),
+        case(6, 8, "swiglu", randn(2, 6), "bias=True: SwiGLU with a bias in each of its three layers", bias=True),
+        case(8, 32, "swiglu", randn(2, 3, 8), "multiple_of=8 with d_ff = 4 · d_model = 32: LLaMA's rounding",
+             weights_d_ff=rounded_hidden_size(32, 8), multiple_of=8),
+        case(6, 24, "swiglu", randn(4, 6, dtype=torch.float64), "multiple_of=5 with d_ff = 24, float64",
+             dtype=torch.float64, weights_d_ff=rounded_hidden_size(24, 5), multiple_of=5),
+        case(8, 16, "gelu_tanh", randn(2, 5, 8), "dropout=0.25 at evaluation (module.eval())", dropout=0.25),
+        case(8, 16, "gelu_tanh", randn(2, 5, 8), "dropout=0.5 in training (module.train(), torch.manual_seed(0) "
+                                                 "before the forward)", training=True, dropout=0.5),
+        case(6, 12, "swiglu", randn(3, 6), "SwiGLU with dropout=0.3 in training (torch.manual_seed(0))", training=True,
+             dropout=0.3),
+        case(8, 16, "gelu", randn(1, 8), "an unknown kind: a ValueError"),
+        case(8, 0, "relu", randn(1, 8), "d_ff=0: a ValueError"),
+        case(8, 16, "gelu_tanh", randn(1, 8), "dropout=1.0, which drops every unit: a ValueError", dropout=1.0),
+        case(8, 32, "relu", randn(1, 8), "multiple_of=8 for the ReLU FFN, which has no gate to round for: a ValueError",
+             multiple_of=8),
     ]
 
 
 def _ffn_module_call(cls, args):
-    d_model, d_ff, kind, weights, x = args
-    return run_module(cls, (d_model, d_ff, kind), weights, (x,), what="FeedForward(d_model, d_ff, kind)")
+    d_model, d_ff, kind, options, weights, x, training = args
+    what = "FeedForward(d_model, d_ff, kind" + "".join(f", {name}={value!r}" for name, value in options.items()) + ")"
+    module = build_module(functools.partial(cls, **options), (d_model, d_ff, kind), what)
+    same_parameters(module, weights, what)
+    module.train(training)
+    with torch.random.fork_rng(devices=[]):  # the same dropout masks for the answer and the reference
+        torch.manual_seed(0)
+        return torch.func.functional_call(module, dict(weights), (x,), strict=True)
 
 
 @mistake_builder
-def _feed_forward_like(*, gelu="tanh", gate_from="gate", gate=F.silu, activate="hidden"):
-    """A learner's FeedForward module with one choice made wrongly."""
+def _feed_forward_like(*, gelu="tanh", gate_from="gate", gate=F.silu, activate="hidden", bias_from="argument",
+                       rounding="up", dropout_at="hidden", dropout_in_eval=False, refuses_sizes=True,
+                       refuses_dropout=True, refuses_multiple_of=True):
+    """A learner's FeedForward module with one choice made wrongly: the activation or gate (``gelu``, ``gate_from``,
+    ``gate``, ``activate``); ``bias_from="kind"`` (the family's biases whatever ``bias`` says); ``rounding`` of
+    ``multiple_of`` "down", "of_d_ff" (no two thirds) or "none"; ``dropout_at="output"``; ``dropout_in_eval``
+    (``F.dropout`` without ``training``); a bad argument not refused."""
 
     class FeedForwardModule(nn.Module):
-        def __init__(self, d_model, d_ff, kind):
+        def __init__(self, d_model, d_ff, kind, *, bias=None, dropout=0.0, multiple_of=None):
             super().__init__()
             if kind not in FFN_KINDS:
                 raise ValueError(f"unknown kind {kind!r}")
-            self.kind = kind
+            if refuses_sizes and (d_model < 1 or d_ff < 1):
+                raise ValueError(f"d_model and d_ff must be positive, got {d_model}, {d_ff}")
+            if refuses_dropout and not 0 <= dropout < 1:
+                raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+            if refuses_multiple_of and multiple_of is not None and kind != "swiglu":
+                raise ValueError("multiple_of is for swiglu only")
+            if multiple_of is not None and kind == "swiglu":
+                two_thirds = int(2 * d_ff / 3)
+                if rounding == "up":
+                    d_ff = math.ceil(two_thirds / multiple_of) * multiple_of
+                elif rounding == "down":
+                    d_ff = two_thirds // multiple_of * multiple_of
+                elif rounding == "of_d_ff":
+                    d_ff = math.ceil(d_ff / multiple_of) * multiple_of
+            self.kind, self.p = kind, dropout
+            if bias is None or bias_from == "kind":
+                bias = kind != "swiglu"
             if kind == "swiglu":
-                self.gate = nn.Linear(d_model, d_ff, bias=False)
-                self.up = nn.Linear(d_model, d_ff, bias=False)
-                self.down = nn.Linear(d_ff, d_model, bias=False)
-            else:
-                self.up, self.down = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+                self.gate = nn.Linear(d_model, d_ff, bias=bias)
+            self.up = nn.Linear(d_model, d_ff, bias=bias)
+            self.down = nn.Linear(d_ff, d_model, bias=bias)
+
+        def drop(self, h):
+            return F.dropout(h, self.p, training=self.training or dropout_in_eval)
 
         def forward(self, x):
             if self.kind == "swiglu":
                 g, u = (self.gate(x), self.up(x)) if gate_from == "gate" else (self.up(x), self.gate(x))
-                return self.down(gate(g) * u)
-            act = torch.relu if self.kind == "relu" else (
-                (lambda h: F.gelu(h, approximate="tanh")) if gelu == "tanh" else F.gelu)
-            if activate == "output":
-                return act(self.down(self.up(x)))
-            return self.down(act(self.up(x)))
+                hidden = gate(g) * u
+            else:
+                act = torch.relu if self.kind == "relu" else (
+                    (lambda h: F.gelu(h, approximate="tanh")) if gelu == "tanh" else F.gelu)
+                if activate == "output":
+                    return act(self.down(self.drop(self.up(x))))
+                hidden = act(self.up(x))
+            if dropout_at == "output":
+                return self.drop(self.down(hidden))
+            return self.down(self.drop(hidden))
 
     return FeedForwardModule
 
 
 class _ReluForEveryKind(_feed_forward_like()):
     def forward(self, x):
-        return super().forward(x) if self.kind == "swiglu" else self.down(torch.relu(self.up(x)))
+        return super().forward(x) if self.kind == "swiglu" else self.down(self.drop(torch.relu(self.up(x))))
 
 
 class _Bilinear(_feed_forward_like()):  # the gate without its SiLU
     def forward(self, x):
-        return self.down(self.gate(x) * self.up(x)) if self.kind == "swiglu" else super().forward(x)
+        return self.down(self.drop(self.gate(x) * self.up(x))) if self.kind == "swiglu" else super().forward(x)
 
 
 class _OutputBiasDropped(_feed_forward_like()):
     def forward(self, x):
         out = super().forward(x)
-        return out if self.kind == "swiglu" else out - self.down.bias
+        return out if self.kind == "swiglu" or self.down.bias is None else out - self.down.bias
+
+
+class _DropoutIgnored(_feed_forward_like()):
+    def drop(self, h):
+        return h
 
 
 FFN = Exercise(
@@ -472,9 +556,11 @@ FFN = Exercise(
     points=3,
     outputs=("the output",),
     checked=(
-        "the paper's ReLU FFN, GPT-2's GELU in its tanh form (float64), LLaMA's SwiGLU in float32 and float64, and an "
-        "unknown kind (ValueError); the weights are the cases' own, put in your layers by name, and the gradients with "
-        "respect to them match too"
+        "the paper's ReLU FFN, GPT-2's GELU in its tanh form (float64), LLaMA's SwiGLU in float32 and float64; "
+        "bias=False for ReLU and bias=True for SwiGLU; LLaMA's rounding with multiple_of 8 and 5; dropout at evaluation "
+        "and in training (seeded, GELU and SwiGLU); and four bad arguments (an unknown kind, d_ff=0, dropout=1.0, "
+        "multiple_of for ReLU), each a ValueError; the weights are the cases' own, put in your layers by name, and the "
+        "gradients with respect to them match too"
     ),
     mistakes=(
         Mistake("exact_gelu", "used the exact GELU where GPT-2 uses the tanh form",
@@ -489,11 +575,45 @@ FFN = Exercise(
         Mistake("activation_on_the_output", "applied the activation after the second layer instead of the first",
                 "Eq. (2) is act(x W_1 + b_1) W_2 + b_2: the activation acts on the hidden layer, and the output stays "
                 "linear.", (_feed_forward_like(activate="output"),)),
+        Mistake("bias_ignored", "gave each family its own biases whatever `bias` said",
+                "`bias=None` means the family's choice (biases for ReLU and GPT-2, none for LLaMA); `True` or `False` "
+                "overrides it for all the layers, as PaLM drops GPT-2's biases.",
+                (_feed_forward_like(bias_from="kind"),)),
+        Mistake("multiple_of_ignored", "built SwiGLU's layers with d_ff as given when multiple_of was set",
+                "With `multiple_of`, LLaMA does not use `d_ff` as it comes: it takes two thirds of it first, then "
+                "rounds; the layers' shapes follow that size.", (_feed_forward_like(rounding="none"),)),
+        Mistake("rounded_down", "rounded two thirds of d_ff down to the multiple instead of up",
+                "Round up, so that the gate never has fewer units than two thirds of `d_ff` (exercise 4's rule): the "
+                "next multiple at or above the size.", (_feed_forward_like(rounding="down"),)),
+        Mistake("two_thirds_skipped", "rounded d_ff itself to the multiple, without taking two thirds first",
+                "SwiGLU has three matrices where the plain FFN has two: LLaMA keeps the parameter count by taking "
+                "two thirds of `d_ff` (truncated to an int) before rounding it up.",
+                (_feed_forward_like(rounding="of_d_ff"),)),
+        Mistake("dropout_on_the_output", "dropped units of the output instead of the hidden layer",
+                "The book's FFN drops hidden units, between the activation (or SwiGLU's product) and `down`, as "
+                "exercise 1 does; the block's residual takes care of the rest.",
+                (_feed_forward_like(dropout_at="output"),)),
+        Mistake("dropout_at_evaluation", "dropped units at evaluation too (`F.dropout` without `training`)",
+                "`F.dropout` drops by default; dropout must follow the module's mode, `self.training`, which "
+                "`module.eval()` switches off (an `nn.Dropout` layer does this for you).",
+                (_feed_forward_like(dropout_in_eval=True),)),
+        Mistake("size_not_refused", "built layers of size 0 instead of refusing d_ff=0",
+                "`nn.Linear` accepts a size of 0 and the module then outputs its bias alone: check that `d_model` and "
+                "`d_ff` are positive ints in `__init__` and raise a ValueError naming the one that is not.",
+                (_feed_forward_like(refuses_sizes=False),)),
+        Mistake("dropout_not_refused", "accepted dropout=1.0, a rate that drops every unit",
+                "A dropout rate must lie in [0, 1): at 1 nothing is kept and the rescaling divides by 0. Raise a "
+                "ValueError naming `dropout` before any layer is built.", (_feed_forward_like(refuses_dropout=False),)),
+        Mistake("multiple_of_not_refused", "accepted multiple_of for a kind without a gate and ignored it",
+                "`multiple_of` is LLaMA's rounding of SwiGLU's hidden size; for \"relu\" or \"gelu_tanh\" it would be "
+                "silently ignored, so refuse it with a ValueError naming `multiple_of`.",
+                (_feed_forward_like(refuses_multiple_of=False),)),
     ),
     mutants=(
         Mutant("relu_for_every_kind", "uses ReLU for gelu_tanh too", _ReluForEveryKind),
         Mutant("bilinear", "multiplies the gate and up branch with no SiLU", _Bilinear),
         Mutant("output_bias_dropped", "drops the output layer's bias", _OutputBiasDropped),
+        Mutant("dropout_ignored", "never drops a unit, in training either", _DropoutIgnored),
     ),
 )
 
