@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 
+import pytest
 import torch
 from torch.utils.data import DistributedSampler
 
@@ -102,11 +104,15 @@ def test_rank_indices_answers_right_and_wrong():
     assert check("15.rank_indices", lambda *args: "0, 2, 4").points == 0
 
 
-# --- 15.accumulate_gradients ----------------------------------------------------------------------------------------------
+# --- 15.accumulate_gradients (one data-parallel update) ------------------------------------------------------------
 
 
-def accumulate_by_example_sums(model, micro_batches, loss_fn):
-    """Correct, written differently: sum losses weighted by size, backward, then divide the gradients at the end."""
+def update_by_example_sums(model, micro_batches, loss_fn, optimizer, max_norm):
+    """Correct, written differently: losses weighted by size, gradients divided at the end, the norm by torch.cat."""
+    if len(micro_batches) < 1:
+        raise ValueError("micro_batches: give at least one micro-batch")
+    if max_norm <= 0:
+        raise ValueError(f"max_norm must be > 0, not {max_norm}")
     for p in model.parameters():
         p.grad = None
     total = sum(x.shape[0] for x, _ in micro_batches)
@@ -120,14 +126,83 @@ def accumulate_by_example_sums(model, micro_batches, loss_fn):
     loss = loss_fn(model, last) * last[0].shape[0]
     loss.backward()
     summed += loss.item()
-    for p in model.parameters():
+    params = [p for p in model.parameters() if p.grad is not None]
+    for p in params:
         p.grad /= total
-    return summed / total
+    norm = torch.cat([p.grad.flatten() for p in params]).norm().item()
+    factor = min(1.0, max_norm / (norm + 1e-6))
+    for p in params:
+        p.grad *= factor
+    optimizer.step()
+    for p in model.parameters():
+        p.grad = None
+    return summed / total, norm
 
 
-def accumulate_forward_outside_no_sync(model, micro_batches, loss_fn):
+class MyUpdate:
+    """A learner's update, right unless ``wrong`` names what it gets wrong (written without the catalogue)."""
+
+    def __init__(self, wrong=None):
+        self.wrong = wrong
+
+    def __call__(self, model, micro_batches, loss_fn, optimizer, max_norm):
+        wrong = self.wrong
+        if max_norm <= 0 and wrong != "max_norm let through":
+            raise ValueError("max_norm must be positive")
+        if not micro_batches and wrong != "empty let through":
+            raise ValueError("micro_batches is empty")
+        sizes = [len(x) for x, _ in micro_batches]
+        if wrong != "stale":
+            optimizer.zero_grad()
+        losses = []
+        for i, (x, y) in enumerate(micro_batches):
+            if wrong == "zero each":
+                optimizer.zero_grad()
+            is_last = i + 1 == len(micro_batches)
+            if wrong == "clip early" and is_last:
+                self.clip(model, max_norm)
+            in_no_sync = {"sync each": False, "never sync": True}.get(wrong, not is_last)
+            with model.no_sync() if in_no_sync else contextlib.nullcontext():
+                mean = loss_fn(model, (x, y))
+                share = {"sum": 1.0, "equal": 1 / len(sizes)}.get(wrong, len(x) / sum(sizes))
+                (mean * share).backward()
+            losses.append(mean.item() * share)
+            if wrong == "clip each":
+                self.clip(model, max_norm)
+            if wrong == "step each" and not is_last:
+                optimizer.step()
+        norm = self.clip(model, max_norm) if wrong not in ("clip early", "clip each") else self.last_norm
+        optimizer.step()
+        if wrong != "no zero after":
+            optimizer.zero_grad()
+        if wrong == "clipped norm":
+            norm = min(norm, max_norm)
+        return (sum(losses) / len(losses) if wrong == "sum" else sum(losses)), norm
+
+    def clip(self, model, max_norm):
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        self.last_norm = math.sqrt(sum(float((g * g).sum()) for g in grads))
+        for g in grads:
+            own = g.norm().item() if self.wrong == "per parameter" else self.last_norm
+            g *= min(1.0, max_norm / (own + 1e-6))
+        return self.last_norm
+
+
+UPDATE_MISTAKES = [("sum", "no_scaling"), ("equal", "equal_weights"), ("zero each", "zeroed_each_micro_batch"),
+                   ("stale", "kept_stale_gradients"), ("sync each", "synced_every_micro_batch"),
+                   ("never sync", "never_synced"), ("clip each", "clipped_each_micro_batch"),
+                   ("clip early", "clipped_before_the_last_backward"), ("per parameter", "clipped_each_parameter"),
+                   ("clipped norm", "returned_the_clipped_norm"), ("step each", "stepped_every_micro_batch"),
+                   ("no zero after", "no_zero_grad_after_the_step"),
+                   ("empty let through", "empty_micro_batches_not_refused"),
+                   ("max_norm let through", "max_norm_not_refused")]
+
+
+def update_forward_outside_no_sync(model, micro_batches, loss_fn, optimizer, max_norm):
     """Right values, but the forward runs outside no_sync: DDP decides there, so every backward all-reduces."""
-    model.zero_grad()
+    if max_norm <= 0 or not micro_batches:
+        raise ValueError("max_norm must be positive and micro_batches not empty")
+    optimizer.zero_grad()
     total = sum(len(x) for x, _ in micro_batches)
     result = 0.0
     for i, (x, y) in enumerate(micro_batches):
@@ -135,12 +210,77 @@ def accumulate_forward_outside_no_sync(model, micro_batches, loss_fn):
         with model.no_sync() if i < len(micro_batches) - 1 else contextlib.nullcontext():
             loss.backward()
         result += loss.item()
-    return result
+    norm = MyUpdate().clip(model, max_norm)
+    optimizer.step()
+    optimizer.zero_grad()
+    return result, norm
 
 
-def test_accumulation_answers_right_and_wrong():
-    assert check("15.accumulate_gradients", accumulate_by_example_sums).points == 2
-    assert check("15.accumulate_gradients", accumulate_forward_outside_no_sync).mistake == "synced_every_micro_batch"
+def update_with_torchs_clip(model, micro_batches, loss_fn, optimizer, max_norm):
+    if max_norm <= 0 or not micro_batches:
+        raise ValueError("max_norm must be positive and micro_batches not empty")
+    optimizer.zero_grad()
+    total = sum(len(x) for x, _ in micro_batches)
+    result = 0.0
+    for i, (x, y) in enumerate(micro_batches):
+        with model.no_sync() if i < len(micro_batches) - 1 else contextlib.nullcontext():
+            loss = loss_fn(model, (x, y)) * len(x) / total
+            loss.backward()
+        result += loss.item()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    optimizer.zero_grad()
+    return result, norm.item()
+
+
+def test_update_answers_right_and_wrong():
+    assert check("15.accumulate_gradients", update_by_example_sums).points == 2
+    assert check("15.accumulate_gradients", MyUpdate()).points == 2
+    assert check("15.accumulate_gradients", update_with_torchs_clip).kind == "calls_the_work"
+    assert check("15.accumulate_gradients", update_forward_outside_no_sync).mistake == "synced_every_micro_batch"
+
+
+@pytest.mark.parametrize(("wrong", "mistake"), UPDATE_MISTAKES, ids=[m for _, m in UPDATE_MISTAKES])
+def test_each_update_mistake_is_named(wrong, mistake):
+    result = check("15.accumulate_gradients", MyUpdate(wrong))
+    assert result.points == 0 and result.mistake == mistake, result.verdict
+
+
+def test_the_reference_update_is_one_step_on_the_concatenated_batch_with_torchs_clip():
+    """The reference (accumulation, torch's clip_grad_norm_, step, zero_grad) leaves the parameters that one forward and
+    backward of the concatenated batch, torch's clip_grad_norm_ and the same optimizer leave (float64), for SGD with
+    momentum and AdamW, clipping or not; and it refuses bad arguments naming them."""
+    from tutorial_lib.checks.ch15 import DDPStandIn, reference_data_parallel_update
+    from tutorial_lib.models.gpt import GPT, GPTConfig
+    from tutorial_lib.training import language_model_loss
+
+    generator = torch.Generator().manual_seed(0)
+    for make_optimizer, max_norm in ((lambda ps: torch.optim.SGD(ps, lr=0.5, momentum=0.9), 0.3),
+                                     (lambda ps: torch.optim.AdamW(ps, lr=0.01), 0.2),
+                                     (lambda ps: torch.optim.SGD(ps, lr=0.5), 100.0)):
+        torch.manual_seed(1)
+        ours = DDPStandIn(GPT(GPTConfig(d_vocab=7, n_ctx=6, d_model=8, n_heads=2, n_layers=1)).double())
+        theirs = copy.deepcopy(ours.module)
+        tokens = torch.randint(7, (6, 7), generator=generator)
+        micro_batches = [(tokens[:1, :-1], tokens[:1, 1:]), (tokens[1:4, :-1], tokens[1:4, 1:]),
+                         (tokens[4:, :-1], tokens[4:, 1:])]
+        loss, norm = reference_data_parallel_update(ours, micro_batches, language_model_loss,
+                                                    make_optimizer(ours.parameters()), max_norm)
+        optimizer = make_optimizer(theirs.parameters())
+        whole = language_model_loss(theirs, (tokens[:, :-1], tokens[:, 1:]))
+        whole.backward()
+        torch_norm = torch.nn.utils.clip_grad_norm_(theirs.parameters(), max_norm)
+        optimizer.step()
+        assert ours.synced == [False, False, True]
+        torch.testing.assert_close(loss, whole.item())
+        torch.testing.assert_close(norm, torch_norm.item())
+        for (name, mine), theirs_parameter in zip(ours.module.named_parameters(), theirs.parameters()):
+            torch.testing.assert_close(mine, theirs_parameter, msg=name)
+            assert mine.grad is None
+    with pytest.raises(ValueError, match="max_norm must be a positive number"):
+        reference_data_parallel_update(ours, micro_batches, language_model_loss, optimizer, 0.0)
+    with pytest.raises(ValueError, match="micro_batches must hold at least one"):
+        reference_data_parallel_update(ours, [], language_model_loss, optimizer, 1.0)
 
 
 def test_an_exercise_not_attempted_scores_zero_without_a_mistake():

@@ -10,11 +10,14 @@ accumulation under DDP's ``no_sync``.
 - ``15.rank_indices`` is PyTorch's own ``DistributedSampler`` (shuffle on, ``drop_last`` off) after ``set_epoch``:
   one permutation drawn from ``seed + epoch``, padded with its first indices to a multiple of ``world_size``, and every
   ``world_size``-th index from position ``rank``. The reference *is* the sampler, code nobody here wrote.
-- ``15.accumulate_gradients`` gets a tiny GPT (float64) wrapped in a stand-in for DDP that records, at each forward,
-  whether DDP would all-reduce that backward (DDP decides it at forward time, from ``no_sync``), and whose parameters
-  hold stale gradients; the micro-batches have unequal sizes in most cases. The answer's returned loss, the gradients
-  it leaves and the record of synchronised forwards are compared with the package's
-  :func:`~tutorial_lib.distributed.accumulate_gradients`.
+- ``15.accumulate_gradients`` (the build) is one whole update of a data-parallel rank: a tiny GPT (float64) wrapped in
+  a stand-in for DDP that records, at each forward, whether DDP would all-reduce that backward (DDP decides it at
+  forward time, from ``no_sync``), holding stale gradients; micro-batches of unequal sizes accumulated, the gradient
+  clipped by its global norm (written by the learner), the optimizer's step and its ``zero_grad``. The returned loss and
+  norm, the parameters after the update, the gradients left and the record of synchronised forwards are compared with
+  :func:`reference_data_parallel_update` (the package's :func:`~tutorial_lib.distributed.accumulate_gradients`, torch's
+  ``clip_grad_norm_``), which a test holds equal to one forward and backward of the concatenated batch. An empty list
+  of micro-batches and ``max_norm=0`` must raise ``ValueError``.
 - ``15.predict_ring_bytes`` (predict, then measure): the bytes one rank sends to average the gradient of the chapter's
   model (float32) over 8 ranks with the ring, counted from the messages of :func:`simulate_ranks` running the ring's
   recipe.
@@ -343,7 +346,7 @@ RANK_INDICES = Exercise(
     ),
 )
 
-# --- 15.accumulate_gradients ----------------------------------------------------------------------------------------------
+# --- 15.accumulate_gradients (the build: one whole data-parallel update) ---------------------------------------
 
 
 class DDPStandIn(nn.Module):
@@ -370,50 +373,106 @@ class DDPStandIn(nn.Module):
         return self.module(tokens)
 
 
-def _run_accumulation(fn, args):
-    seed, sizes = args
+def reference_data_parallel_update(model, micro_batches, loss_fn, optimizer, max_norm):
+    """One update of a data-parallel rank: the package's :func:`~tutorial_lib.distributed.accumulate_gradients` (all
+    micro-batches but the last under ``no_sync``), torch's own ``clip_grad_norm_`` on the accumulated gradient, the
+    optimizer's step and its ``zero_grad``; returns the mean loss and the gradient's norm before clipping. Tested equal
+    to one forward and backward of the concatenated batch (tests/test_checks_ch15.py)."""
+    if isinstance(max_norm, bool) or not isinstance(max_norm, numbers.Real) or not max_norm > 0:
+        raise ValueError(f"max_norm must be a positive number, got {max_norm!r}")
+    if not micro_batches:
+        raise ValueError("micro_batches must hold at least one (x, y) micro-batch, got none")
+    mean_loss = accumulate_gradients(model, micro_batches, loss_fn)
+    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    optimizer.zero_grad()
+    return mean_loss, norm.item()
+
+
+def _as_number(value: object, what: str) -> float:
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        raise WrongOutput("wrong_type", f"data_parallel_update should return {what} as a float, got "
+                                        f"{type(value).__name__}")
+    return float(value)
+
+
+def _run_update(fn, args):
+    seed, sizes, optimizer_kind, max_norm = args
     generator = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     model = DDPStandIn(GPT(GPTConfig(d_vocab=7, n_ctx=6, d_model=8, n_heads=2, n_layers=1)).double())
-    for parameter in model.parameters():  # stale gradients, as after the previous update
+    for parameter in model.parameters():  # stale gradients, as after an evaluation that ran backward
         parameter.grad = torch.randn(parameter.shape, generator=generator, dtype=parameter.dtype)
+    if optimizer_kind == "adamw":
+        optimizer = torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1)
+    else:  # momentum's buffer starts at the first step: stepping twice shows in the parameters
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
     micro_batches = []
     for size in sizes:
         tokens = torch.randint(7, (size, 7), generator=generator)
         micro_batches.append((tokens[:, :-1], tokens[:, 1:]))
-    loss = fn(model, micro_batches, language_model_loss)
-    if isinstance(loss, torch.Tensor) and loss.numel() == 1:
-        loss = loss.item()
-    if not isinstance(loss, numbers.Real) or isinstance(loss, bool):
-        raise WrongOutput("wrong_type", f"accumulate_gradients should return the mean loss as a float, got {type(loss).__name__}")
-    if any(p.grad is None for p in model.parameters()):
-        raise WrongOutput("wrong_values", "some parameters hold no gradient (.grad is None) after accumulate_gradients")
-    gradients = torch.cat([p.grad.flatten() for p in model.parameters()])
-    return torch.tensor(float(loss), dtype=torch.float64), gradients, torch.tensor(model.synced, dtype=torch.long)
+    returned = fn(model, micro_batches, language_model_loss, optimizer, max_norm)
+    if not isinstance(returned, tuple) or len(returned) != 2:
+        raise WrongOutput("wrong_type", "data_parallel_update should return a pair (mean loss, gradient norm before "
+                                        f"clipping), got {type(returned).__name__}")
+    loss, norm = _as_number(returned[0], "the mean loss"), _as_number(returned[1], "the gradient's norm")
+    parameters = torch.cat([p.detach().flatten() for p in model.parameters()])
+    left = torch.cat([(torch.zeros_like(p) if p.grad is None else p.grad).flatten() for p in model.parameters()])
+    return (torch.tensor(loss, dtype=torch.float64), torch.tensor(norm, dtype=torch.float64), parameters, left,
+            torch.tensor(model.synced, dtype=torch.long))
 
 
-def _accumulation_cases(generator: torch.Generator) -> list[Case]:
+def _update_cases(generator: torch.Generator) -> list[Case]:
+    import torch._dynamo  # noqa: F401  (torch.optim's first use imports it, seconds: here, before the timed calls)
+
     return [
-        Case.of(seed=0, sizes=[2, 2], note="2 micro-batches of 2"),
-        Case.of(seed=1, sizes=[1, 3], note="micro-batches of 1 and 3"),
-        Case.of(seed=2, sizes=[2, 1, 3], note="3 micro-batches of 2, 1 and 3"),
-        Case.of(seed=3, sizes=[4], note="one micro-batch of 4"),
+        Case.of(seed=0, sizes=[2, 2], optimizer="sgd", max_norm=0.5, note="2 micro-batches of 2, clipped"),
+        Case.of(seed=1, sizes=[1, 3], optimizer="sgd", max_norm=0.3, note="micro-batches of 1 and 3, clipped"),
+        Case.of(seed=2, sizes=[2, 1, 3], optimizer="sgd", max_norm=0.4, note="3 micro-batches of 2, 1 and 3, clipped"),
+        Case.of(seed=3, sizes=[3, 1], optimizer="adamw", max_norm=0.2, note="AdamW, micro-batches of 3 and 1"),
+        Case.of(seed=4, sizes=[4], optimizer="sgd", max_norm=100.0,
+                note="one micro-batch of 4, a norm too small to clip"),
+        Case.of(seed=5, sizes=[], optimizer="sgd", max_norm=1.0,
+                note="no micro-batch at all, which must raise ValueError"),
+        Case.of(seed=6, sizes=[2, 1], optimizer="sgd", max_norm=0.0, note="max_norm=0, which must raise ValueError"),
     ]
 
 
 @mistake_builder
-def _accumulate_like(*, weight="share", zero="start", sync="last"):
-    """A learner's accumulate_gradients; each keyword reproduces one way of getting it wrong."""
+def _update_like(*, weight="share", zero="start", sync="last", clip="global", steps="once", zero_after=True,
+                 norm_returned="before", refuse_empty=True, refuse_max_norm=True):
+    """A learner's data_parallel_update; each keyword reproduces one way of getting it wrong."""
 
-    def accumulate_gradients(model, micro_batches, loss_fn):
+    def clip_(parameters, max_norm):
+        grads = [p.grad for p in parameters if p.grad is not None]
+        if clip == "per_parameter":
+            norms = [g.norm() for g in grads]
+            for g, n in zip(grads, norms):
+                g.mul_(min(1.0, max_norm / (n.item() + 1e-6)))
+            return torch.stack(norms).norm().item()
+        total_norm = math.sqrt(sum((g ** 2).sum().item() for g in grads))
+        for g in grads:
+            g.mul_(min(1.0, max_norm / (total_norm + 1e-6)))
+        return total_norm
+
+    def data_parallel_update(model, micro_batches, loss_fn, optimizer, max_norm):
+        if refuse_max_norm and max_norm <= 0:
+            raise ValueError("max_norm must be positive")
+        if refuse_empty and len(micro_batches) == 0:
+            raise ValueError("micro_batches is empty")
         total = sum(len(x) for x, _ in micro_batches)
         if zero == "start":
             model.zero_grad()
         loss_sum = 0.0
+        norm = 0.0
         for i, (x, y) in enumerate(micro_batches):
             if zero == "each":
                 model.zero_grad()
             last = i == len(micro_batches) - 1
+            if clip == "before_last_backward" and last:
+                norm = clip_(model.parameters(), max_norm)
             skip_sync = {"last": not last, "never": False, "always": True}[sync]
             with model.no_sync() if skip_sync else contextlib.nullcontext():
                 loss = loss_fn(model, (x, y))
@@ -423,12 +482,25 @@ def _accumulate_like(*, weight="share", zero="start", sync="last"):
                     loss = loss / len(micro_batches)
                 loss.backward()
             loss_sum += loss.item()
-        return loss_sum / len(micro_batches) if weight == "none" else loss_sum
+            if clip == "each_micro_batch":
+                norm = clip_(model.parameters(), max_norm)
+            if steps == "each" and not last:
+                optimizer.step()
+        if clip in ("global", "per_parameter"):
+            norm = clip_(model.parameters(), max_norm)
+        if norm_returned == "after":
+            norm = min(norm, max_norm)
+        optimizer.step()
+        if zero_after:
+            optimizer.zero_grad()
+        return (loss_sum / len(micro_batches) if weight == "none" else loss_sum), norm
 
-    return accumulate_gradients
+    return data_parallel_update
 
 
-def _accumulate_skipping_last(model, micro_batches, loss_fn):
+def _update_skipping_last(model, micro_batches, loss_fn, optimizer, max_norm):
+    if max_norm <= 0 or not micro_batches:
+        raise ValueError("max_norm must be positive and micro_batches not empty")
     model.zero_grad()
     total = sum(len(x) for x, _ in micro_batches)
     loss_sum = 0.0
@@ -438,58 +510,113 @@ def _accumulate_skipping_last(model, micro_batches, loss_fn):
             loss.backward()
         loss_sum += loss.item()
     x, y = micro_batches[-1]
-    return loss_sum + (loss_fn(model, (x, y)) * len(x) / total).item()  # the last one's loss, but no backward
+    loss_sum += (loss_fn(model, (x, y)) * len(x) / total).item()  # the last one's loss, but no backward
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    norm = torch.sqrt(sum((g ** 2).sum() for g in grads)).item() if grads else 0.0
+    for g in grads:
+        g.mul_(min(1.0, max_norm / (norm + 1e-6)))
+    optimizer.step()
+    optimizer.zero_grad()
+    return loss_sum, norm
 
 
-def _accumulate_divided_twice(model, micro_batches, loss_fn):
+def _accumulate_with_no_sync(model, micro_batches, loss_fn):
     model.zero_grad()
     total = sum(len(x) for x, _ in micro_batches)
     loss_sum = 0.0
     for i, (x, y) in enumerate(micro_batches):
         with model.no_sync() if i < len(micro_batches) - 1 else contextlib.nullcontext():
-            loss = loss_fn(model, (x, y)) * len(x) / total / len(micro_batches)
+            loss = loss_fn(model, (x, y)) * len(x) / total
             loss.backward()
         loss_sum += loss.item()
     return loss_sum
 
 
+def _update_clipped_to_exactly_max_norm(model, micro_batches, loss_fn, optimizer, max_norm):
+    """Scales the gradient to norm max_norm even when it is shorter (a normalisation, not a clip)."""
+    if max_norm <= 0 or not micro_batches:
+        raise ValueError("max_norm must be positive and micro_batches not empty")
+    loss = _accumulate_with_no_sync(model, micro_batches, loss_fn)
+    grads = [p.grad for p in model.parameters()]
+    norm = torch.sqrt(sum((g ** 2).sum() for g in grads)).item()
+    for g in grads:
+        g.mul_(max_norm / (norm + 1e-6))
+    optimizer.step()
+    optimizer.zero_grad()
+    return loss, norm
+
+
 ACCUMULATE_GRADIENTS = Exercise(
     id="15.accumulate_gradients",
-    reference=accumulate_gradients,
-    cases=_accumulation_cases,
+    forbidden=(accumulate_gradients, nn.utils.clip_grad_norm_, nn.utils.clip_grad_norm, nn.utils.clip_grads_with_norm_,
+               nn.utils.get_total_norm),
+    reference=reference_data_parallel_update,
+    cases=_update_cases,
     points=2,
-    call=_run_accumulation,
-    outputs=("the returned loss", "the gradients", "which forwards synchronise (1) or not (0)"),
+    call=_run_update,
+    outputs=("the returned loss", "the returned norm", "the parameters after the update", "the gradients left after it",
+             "which forwards synchronise (1) or not (0)"),
     checked=(
         "a 1-layer GPT in float64 wrapped like DDP, holding stale gradients, with 1 to 3 micro-batches of 1 to 4 "
-        "windows: the loss returned, every parameter's gradient, and which forwards ran outside no_sync"
+        "windows, SGD with momentum or AdamW, max_norm from 0.2 (clipping) to 100 (not): the loss and norm returned, "
+        "every parameter after the update, the gradients left behind, and which forwards ran outside no_sync; and no "
+        "micro-batch, or max_norm=0, which must raise ValueError"
     ),
     mistakes=(
         Mistake("no_scaling", "added the micro-batches' gradients without weighting them, so the gradient is their sum",
                 "Each micro-batch's loss is a mean over its own examples: multiply it by len(batch) / total before "
                 "backward, so that the added gradients make the mean over the whole batch.",
-                (_accumulate_like(weight="none"),)),
+                (_update_like(weight="none"),)),
         Mistake("equal_weights", "divided every micro-batch's loss by the number of micro-batches, whatever its size",
                 "With micro-batches of unequal sizes, 1 / n_micro gives a small micro-batch's examples more weight: "
-                "weight each by its share of the examples, len(batch) / total.", (_accumulate_like(weight="equal"),)),
+                "weight each by its share of the examples, len(batch) / total.", (_update_like(weight="equal"),)),
         Mistake("zeroed_each_micro_batch", "cleared the gradients before every micro-batch, so only the last one counts",
                 "Accumulating means letting backward add into .grad: zero the gradients once, before the first "
-                "micro-batch.", (_accumulate_like(zero="each"),)),
-        Mistake("kept_stale_gradients", "did not clear the gradients left by the previous update",
-                "backward adds to whatever .grad holds: call model.zero_grad() before the first micro-batch.",
-                (_accumulate_like(zero="never"),)),
+                "micro-batch.", (_update_like(zero="each"),)),
+        Mistake("kept_stale_gradients", "did not clear the gradients the model held before the first micro-batch",
+                "backward adds to whatever .grad holds: clear the gradients before the first micro-batch too.",
+                (_update_like(zero="never"),)),
         Mistake("synced_every_micro_batch", "ran every micro-batch outside no_sync, so DDP all-reduces after each one",
                 "The values come out right, but each backward pays a full all-reduce: run all but the last "
                 "micro-batch's forward and backward inside the `model.no_sync()` context.",
-                (_accumulate_like(sync="never"),)),
+                (_update_like(sync="never"),)),
         Mistake("never_synced", "ran the last micro-batch inside no_sync too, so the gradients are never all-reduced",
                 "Each rank would step with its own gradient and the copies drift apart: leave the last micro-batch "
-                "outside no_sync, so its backward all-reduces the accumulated sum.", (_accumulate_like(sync="always"),)),
+                "outside no_sync, so its backward all-reduces the accumulated sum.", (_update_like(sync="always"),)),
+        Mistake("clipped_each_micro_batch", "clipped the gradient after every micro-batch instead of once, on the sum",
+                "Clipping is not linear: clipping the running sum along the way shrinks the early micro-batches more "
+                "than the late ones. Clip once, after the last backward, the whole batch's gradient.",
+                (_update_like(clip="each_micro_batch"),)),
+        Mistake("clipped_before_the_last_backward",
+                "clipped the gradient before the last micro-batch had added its part",
+                "The last micro-batch's gradient arrived after the clip and went in unclipped: clip after the last "
+                "backward, when .grad holds the whole batch's gradient (and, under DDP, the all-reduced one).",
+                (_update_like(clip="before_last_backward"),)),
+        Mistake("clipped_each_parameter", "clipped each parameter's gradient by its own norm",
+                "clip_grad_norm_ measures one norm, over all the parameters' gradients together (the square root of "
+                "the sum of every entry's square), and scales every gradient by the same factor.",
+                (_update_like(clip="per_parameter"),)),
+        Mistake("returned_the_clipped_norm", "returned the gradient's norm after clipping instead of before",
+                "The norm to log is the one measured before clipping (what clip_grad_norm_ returns): after clipping it "
+                "is max_norm whenever the clip acts, which says nothing about the gradient.",
+                (_update_like(norm_returned="after"),)),
+        Mistake("stepped_every_micro_batch", "called the optimizer's step after every micro-batch",
+                "Accumulation exists to take one step on the whole batch: step once, after the last backward and the "
+                "clip.", (_update_like(steps="each"),)),
+        Mistake("no_zero_grad_after_the_step", "left the used gradients in .grad after the optimizer's step",
+                "After the step the gradients are spent: clear them (the optimizer's zero_grad), or whatever runs "
+                "backward next adds onto them.", (_update_like(zero_after=False),)),
+        Mistake("empty_micro_batches_not_refused", "let an empty list of micro-batches through",
+                "No micro-batch means no gradient and no mean loss: raise ValueError naming `micro_batches` before "
+                "anything else runs.", (_update_like(refuse_empty=False),)),
+        Mistake("max_norm_not_refused", "accepted max_norm=0, which scales every gradient to zero",
+                "A clip at a norm of 0 or less is a caller's bug: raise ValueError naming `max_norm` and saying it "
+                "must be positive.", (_update_like(refuse_max_norm=False),)),
     ),
     mutants=(
-        Mutant("last_micro_batch_skipped", "never runs backward on the last micro-batch", _accumulate_skipping_last),
-        Mutant("divided_twice", "weights by the share of examples and also divides by the number of micro-batches",
-               _accumulate_divided_twice),
+        Mutant("last_micro_batch_skipped", "never runs backward on the last micro-batch", _update_skipping_last),
+        Mutant("normalised_not_clipped", "scales the gradient to norm max_norm even when it is shorter",
+               _update_clipped_to_exactly_max_norm),
     ),
 )
 
